@@ -1,0 +1,589 @@
+//! The error vocabulary of DESIGN.md §1: every failure carries a stable
+//! [`ErrorKind`] that appears in its message (`[peer-died] ...`), so a person
+//! can grep a log for it and a program can branch on it.
+//!
+//! Faults of a peer or of the job (a dead rank, a mismatched call) are kept
+//! apart from misuse by the caller ([`Error::InvalidArgument`]), whose message
+//! says what to change.
+
+use crate::types::{Fingerprint, OpKind, Rank};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// The stable kind of an [`Error`], one of the names in DESIGN.md §1.
+///
+/// ```
+/// use ringleader_core::ErrorKind;
+/// assert_eq!(ErrorKind::PeerDied.as_str(), "peer-died");
+/// assert_eq!(ErrorKind::parse("peer-died"), Some(ErrorKind::PeerDied));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A rank did not enter a collective the others are in.
+    MissedCollective,
+    /// Ranks called a collective with different op, dtype, count, root or reduce op.
+    Mismatch,
+    /// A rank's process ended without leaving the job (killed, crashed).
+    PeerDied,
+    /// A rank is alive but makes no progress.
+    PeerStalled,
+    /// A rank is slow; a warning, never an error that ends a collective.
+    Straggler,
+    /// A wait ran out and nothing better is known.
+    Timeout,
+    /// Not every rank joined before the init timeout.
+    RendezvousIncomplete,
+    /// Ranks were launched with different world sizes.
+    WorldSizeMismatch,
+    /// Two processes claim the same rank.
+    DuplicateRank,
+    /// Ranks run different library or protocol versions.
+    VersionMismatch,
+    /// The store cannot be reached (or does not speak the store protocol).
+    StoreUnreachable,
+    /// The port to listen on is taken.
+    PortInUse,
+    /// The store is reachable but a data port between two ranks is not.
+    DataPortUnreachable,
+    /// A peer or store belongs to a different run.
+    ForeignRun,
+    /// A peer failed the shared-secret check.
+    AuthFailed,
+    /// The communicator was aborted.
+    Aborted,
+    /// The caller passed something unusable.
+    InvalidArgument,
+}
+
+impl ErrorKind {
+    /// Every kind, in C ABI code order (code = index + 1).
+    pub const ALL: [ErrorKind; 17] = [
+        ErrorKind::MissedCollective,
+        ErrorKind::Mismatch,
+        ErrorKind::PeerDied,
+        ErrorKind::PeerStalled,
+        ErrorKind::Straggler,
+        ErrorKind::Timeout,
+        ErrorKind::RendezvousIncomplete,
+        ErrorKind::WorldSizeMismatch,
+        ErrorKind::DuplicateRank,
+        ErrorKind::VersionMismatch,
+        ErrorKind::StoreUnreachable,
+        ErrorKind::PortInUse,
+        ErrorKind::DataPortUnreachable,
+        ErrorKind::ForeignRun,
+        ErrorKind::AuthFailed,
+        ErrorKind::Aborted,
+        ErrorKind::InvalidArgument,
+    ];
+
+    /// The stable name, e.g. `missed-collective`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::MissedCollective => "missed-collective",
+            ErrorKind::Mismatch => "mismatch",
+            ErrorKind::PeerDied => "peer-died",
+            ErrorKind::PeerStalled => "peer-stalled",
+            ErrorKind::Straggler => "straggler",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::RendezvousIncomplete => "rendezvous-incomplete",
+            ErrorKind::WorldSizeMismatch => "world-size-mismatch",
+            ErrorKind::DuplicateRank => "duplicate-rank",
+            ErrorKind::VersionMismatch => "version-mismatch",
+            ErrorKind::StoreUnreachable => "store-unreachable",
+            ErrorKind::PortInUse => "port-in-use",
+            ErrorKind::DataPortUnreachable => "data-port-unreachable",
+            ErrorKind::ForeignRun => "foreign-run",
+            ErrorKind::AuthFailed => "auth-failed",
+            ErrorKind::Aborted => "aborted",
+            ErrorKind::InvalidArgument => "invalid-argument",
+        }
+    }
+
+    /// The C ABI error code (0 is success, so codes start at 1).
+    pub fn code(self) -> i32 {
+        ErrorKind::ALL
+            .iter()
+            .position(|k| *k == self)
+            .map_or(-1, |i| i as i32 + 1)
+    }
+
+    /// Inverse of [`ErrorKind::code`].
+    pub fn from_code(code: i32) -> Option<ErrorKind> {
+        usize::try_from(code - 1)
+            .ok()
+            .and_then(|i| ErrorKind::ALL.get(i).copied())
+    }
+
+    /// Inverse of [`ErrorKind::as_str`].
+    pub fn parse(s: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rank as seen at rendezvous: where it runs.
+///
+/// ```
+/// use ringleader_core::Member;
+/// let m = Member { rank: 1, host: "node-b".into(), pid: 4242, world_size: 2 };
+/// assert_eq!(m.to_string(), "rank 1 (node-b pid 4242)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The rank it claims.
+    pub rank: Rank,
+    /// Its host name.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The world size it was launched with.
+    pub world_size: usize,
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} ({} pid {})", self.rank, self.host, self.pid)
+    }
+}
+
+/// The verdict on a failed collective: what went wrong, who caused it, in
+/// which call, and what to check next. Computed from every rank's snapshot by
+/// the verdict engine (`ringleader-diag`), identical on every rank.
+///
+/// ```
+/// use ringleader_core::{Diagnosis, ErrorKind, OpKind};
+/// let d = Diagnosis {
+///     kind: ErrorKind::PeerDied,
+///     culprits: vec![1],
+///     op: Some(OpKind::AllReduce),
+///     seq: Some(7),
+///     headline: "rank 1 died during all_reduce #7".into(),
+///     details: vec![],
+///     hints: vec!["check the kernel log for an OOM kill".into()],
+/// };
+/// assert!(d.to_string().starts_with("[peer-died] rank 1 died"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// The cause.
+    pub kind: ErrorKind,
+    /// The ranks to blame, ascending.
+    pub culprits: Vec<Rank>,
+    /// The collective that failed.
+    pub op: Option<OpKind>,
+    /// Its sequence number.
+    pub seq: Option<u64>,
+    /// One line that names the ranks, the collective and the cause.
+    pub headline: String,
+    /// Supporting facts, one per line (what each rank last did, ...).
+    pub details: Vec<String>,
+    /// What to check next.
+    pub hints: Vec<String>,
+}
+
+impl fmt::Display for Diagnosis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.kind, self.headline)?;
+        for d in &self.details {
+            write!(f, "\n  {d}")?;
+        }
+        for h in &self.hints {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Formats `[1, 3]` as `ranks 1, 3` and `[1]` as `rank 1`.
+///
+/// ```
+/// assert_eq!(ringleader_core::error::fmt_ranks(&[1, 3]), "ranks 1, 3");
+/// assert_eq!(ringleader_core::error::fmt_ranks(&[2]), "rank 2");
+/// ```
+pub fn fmt_ranks(ranks: &[Rank]) -> String {
+    let list = ranks
+        .iter()
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match ranks.len() {
+        1 => format!("rank {list}"),
+        _ => format!("ranks {list}"),
+    }
+}
+
+fn fmt_members(members: &[Member]) -> String {
+    if members.is_empty() {
+        return "none".into();
+    }
+    members
+        .iter()
+        .map(|m| m.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn fmt_secs(d: &Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// Every error ringleader returns. Each variant maps to one [`ErrorKind`]
+/// (see [`Error::kind`]) whose name starts the message.
+///
+/// ```
+/// use ringleader_core::{Error, ErrorKind};
+/// let e = Error::invalid("WORLD_SIZE", "\"two\" is not a number");
+/// assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+/// assert_eq!(e.to_string(), "[invalid-argument] WORLD_SIZE: \"two\" is not a number");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller passed something unusable; the message says what to change.
+    #[error("[invalid-argument] {what}: {detail}")]
+    InvalidArgument {
+        /// The argument or variable at fault.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// No store answered at `addr` within the init timeout.
+    #[error("[store-unreachable] cannot reach the store at {addr} ({attempts} attempts over {}): {last_error}; check MASTER_ADDR/MASTER_PORT, that rank 0 (or the launcher) is running, and that no firewall blocks the port (try `nc -zv HOST PORT`)", fmt_secs(.waited))]
+    StoreUnreachable {
+        /// host:port tried.
+        addr: String,
+        /// Connection attempts made.
+        attempts: u32,
+        /// Time spent trying.
+        waited: Duration,
+        /// The last failure.
+        last_error: String,
+    },
+
+    /// Something answered at `addr` that is not a ringleader store, or the
+    /// connection to the store broke.
+    #[error("[store-unreachable] the store at {addr}: {detail}")]
+    StoreProtocol {
+        /// host:port of the store.
+        addr: String,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// A bounded store wait ran out.
+    #[error("[timeout] waited {} for key(s) {} at the store {addr}", fmt_secs(.waited), .keys.join(", "))]
+    StoreTimeout {
+        /// host:port of the store.
+        addr: String,
+        /// The keys still missing.
+        keys: Vec<String>,
+        /// How long it waited.
+        waited: Duration,
+    },
+
+    /// The address to listen on is taken.
+    #[error("[port-in-use] cannot listen on {addr}: the port is already in use{}; a process from an earlier run may still hold it (`ss -ltnp | grep PORT`)", .holder.as_ref().map(|h| format!(" by {h}")).unwrap_or_default())]
+    PortInUse {
+        /// host:port that was asked for.
+        addr: String,
+        /// The process holding it, where it could be found.
+        holder: Option<String>,
+    },
+
+    /// Not every rank joined before the init timeout.
+    #[error("[rendezvous-incomplete] {} of {expected} ranks joined within {}; missing {}; joined: {}; check that every node was launched and can reach the store", .joined.len(), fmt_secs(.waited), fmt_ranks(.missing), fmt_members(.joined))]
+    RendezvousIncomplete {
+        /// The world size.
+        expected: usize,
+        /// The ranks that joined.
+        joined: Vec<Member>,
+        /// The ranks that did not.
+        missing: Vec<Rank>,
+        /// The init timeout.
+        waited: Duration,
+    },
+
+    /// Ranks disagree about the world size.
+    #[error("[world-size-mismatch] ranks were launched with different world sizes: {}; launch every node from one command (e.g. `ringleader launch --print-commands`)", .claims.iter().map(|m| format!("{m} says {}", m.world_size)).collect::<Vec<_>>().join(", "))]
+    WorldSizeMismatch {
+        /// Each rank and the world size it was launched with.
+        claims: Vec<Member>,
+    },
+
+    /// Two processes claim the same rank.
+    #[error("[duplicate-rank] rank {rank} is claimed twice: by {first} and by {second}; check --node-rank / RANK on every node")]
+    DuplicateRank {
+        /// The rank claimed twice.
+        rank: Rank,
+        /// The first claimant (host and pid).
+        first: String,
+        /// The second claimant.
+        second: String,
+    },
+
+    /// Ranks, or a rank and the store, run different versions.
+    #[error("[version-mismatch] {detail}: {}; run the same ringleader build on every node", .versions.iter().map(|(who, v)| format!("{who} runs {v}")).collect::<Vec<_>>().join(", "))]
+    VersionMismatch {
+        /// What was compared.
+        detail: String,
+        /// Who runs which version.
+        versions: Vec<(String, String)>,
+    },
+
+    /// A peer or the store belongs to another run.
+    #[error("[foreign-run] {addr} belongs to run {theirs:?}, this process to run {ours:?}; a process from an earlier job may still be running")]
+    ForeignRun {
+        /// Where the foreign party was met.
+        addr: String,
+        /// Our run id.
+        ours: String,
+        /// Theirs.
+        theirs: String,
+    },
+
+    /// A peer failed the shared-secret check.
+    #[error("[auth-failed] {addr}: {detail}; every rank needs the same RINGLEADER_TOKEN")]
+    AuthFailed {
+        /// Where.
+        addr: String,
+        /// What failed.
+        detail: String,
+    },
+
+    /// The store is reachable but a data port is not.
+    #[error("[data-port-unreachable] rank {src} cannot reach rank {dst} at {addr}: {detail}; a firewall may block the data ports: open them or pick allowed ones with RINGLEADER_PORT_RANGE, and choose the interface with RINGLEADER_IFNAME")]
+    DataPortUnreachable {
+        /// The rank that tried.
+        src: Rank,
+        /// The rank it tried to reach.
+        dst: Rank,
+        /// host:port tried.
+        addr: String,
+        /// What failed.
+        detail: String,
+    },
+
+    /// A data connection to a peer broke during a collective (before the
+    /// verdict engine decided why).
+    #[error("[peer-died] lost the connection to rank {peer} during {op} #{seq}: {detail}")]
+    PeerLost {
+        /// The peer.
+        peer: Rank,
+        /// The collective.
+        op: OpKind,
+        /// Its sequence number.
+        seq: u64,
+        /// What the socket said.
+        detail: String,
+    },
+
+    /// A peer's frame carried a different fingerprint or sequence number.
+    #[error("[mismatch] in {} #{seq} rank {peer} sent {theirs} #{their_seq}", .ours)]
+    FrameMismatch {
+        /// The peer.
+        peer: Rank,
+        /// Our sequence number.
+        seq: u64,
+        /// Our call.
+        ours: Fingerprint,
+        /// The peer's sequence number.
+        their_seq: u64,
+        /// The peer's call.
+        theirs: Fingerprint,
+    },
+
+    /// A wait ran out with nothing better known.
+    #[error("[timeout] {op} #{seq} did not complete within {}{}", fmt_secs(.waited), if .awaited.is_empty() { String::new() } else { format!(", still waiting for {}", fmt_ranks(.awaited)) })]
+    Timeout {
+        /// The collective.
+        op: OpKind,
+        /// Its sequence number.
+        seq: u64,
+        /// How long it waited.
+        waited: Duration,
+        /// The peers it was still waiting for.
+        awaited: Vec<Rank>,
+    },
+
+    /// The verdict on a failed collective.
+    #[error("{0}")]
+    Collective(Box<Diagnosis>),
+
+    /// The communicator was aborted (by the caller, or after an earlier failure).
+    #[error("[aborted] {reason}")]
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Aborted`].
+    pub fn aborted(reason: impl Into<String>) -> Error {
+        Error::Aborted {
+            reason: reason.into(),
+        }
+    }
+
+    /// The stable kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Error::StoreUnreachable { .. } | Error::StoreProtocol { .. } => {
+                ErrorKind::StoreUnreachable
+            }
+            Error::StoreTimeout { .. } | Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::PortInUse { .. } => ErrorKind::PortInUse,
+            Error::RendezvousIncomplete { .. } => ErrorKind::RendezvousIncomplete,
+            Error::WorldSizeMismatch { .. } => ErrorKind::WorldSizeMismatch,
+            Error::DuplicateRank { .. } => ErrorKind::DuplicateRank,
+            Error::VersionMismatch { .. } => ErrorKind::VersionMismatch,
+            Error::ForeignRun { .. } => ErrorKind::ForeignRun,
+            Error::AuthFailed { .. } => ErrorKind::AuthFailed,
+            Error::DataPortUnreachable { .. } => ErrorKind::DataPortUnreachable,
+            Error::PeerLost { .. } => ErrorKind::PeerDied,
+            Error::FrameMismatch { .. } => ErrorKind::Mismatch,
+            Error::Collective(d) => d.kind,
+            Error::Aborted { .. } => ErrorKind::Aborted,
+        }
+    }
+
+    /// The ranks this error names as culprits (or missing, or conflicting).
+    pub fn ranks(&self) -> Vec<Rank> {
+        match self {
+            Error::RendezvousIncomplete { missing, .. } => missing.clone(),
+            Error::WorldSizeMismatch { claims } => claims.iter().map(|m| m.rank).collect(),
+            Error::DuplicateRank { rank, .. } => vec![*rank],
+            Error::DataPortUnreachable { src, dst, .. } => vec![*src, *dst],
+            Error::PeerLost { peer, .. } | Error::FrameMismatch { peer, .. } => vec![*peer],
+            Error::Timeout { awaited, .. } => awaited.clone(),
+            Error::Collective(d) => d.culprits.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The sequence number of the collective concerned, if any.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Error::PeerLost { seq, .. }
+            | Error::FrameMismatch { seq, .. }
+            | Error::Timeout { seq, .. } => Some(*seq),
+            Error::Collective(d) => d.seq,
+            _ => None,
+        }
+    }
+
+    /// The collective concerned, if any.
+    pub fn op(&self) -> Option<OpKind> {
+        match self {
+            Error::PeerLost { op, .. } | Error::Timeout { op, .. } => Some(*op),
+            Error::FrameMismatch { ours, .. } => Some(ours.op),
+            Error::Collective(d) => d.op,
+            _ => None,
+        }
+    }
+
+    /// The verdict, when this error is one.
+    pub fn diagnosis(&self) -> Option<&Diagnosis> {
+        match self {
+            Error::Collective(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DType;
+
+    #[test]
+    fn every_kind_has_a_code_and_name() {
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_code(k.code()), Some(k));
+            assert_eq!(ErrorKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(ErrorKind::from_code(0), None);
+    }
+
+    #[test]
+    fn messages_start_with_the_kind() {
+        let errs = [
+            Error::invalid("x", "y"),
+            Error::StoreUnreachable {
+                addr: "10.0.0.1:29500".into(),
+                attempts: 3,
+                waited: Duration::from_secs(2),
+                last_error: "connection refused".into(),
+            },
+            Error::RendezvousIncomplete {
+                expected: 4,
+                joined: vec![Member {
+                    rank: 0,
+                    host: "a".into(),
+                    pid: 1,
+                    world_size: 4,
+                }],
+                missing: vec![1, 2, 3],
+                waited: Duration::from_secs(5),
+            },
+            Error::FrameMismatch {
+                peer: 1,
+                seq: 3,
+                ours: Fingerprint::new(OpKind::AllReduce, DType::F32, 1),
+                their_seq: 3,
+                theirs: Fingerprint::new(OpKind::AllReduce, DType::F32, 2),
+            },
+            Error::Timeout {
+                op: OpKind::Barrier,
+                seq: 2,
+                waited: Duration::from_secs(1),
+                awaited: vec![2],
+            },
+        ];
+        for e in errs {
+            let s = e.to_string();
+            assert!(s.starts_with(&format!("[{}]", e.kind())), "{s}");
+        }
+    }
+
+    #[test]
+    fn rendezvous_message_names_missing_and_joined() {
+        let e = Error::RendezvousIncomplete {
+            expected: 3,
+            joined: vec![Member {
+                rank: 0,
+                host: "node-a".into(),
+                pid: 10,
+                world_size: 3,
+            }],
+            missing: vec![1, 2],
+            waited: Duration::from_secs(5),
+        };
+        let s = e.to_string();
+        assert!(s.contains("missing ranks 1, 2"), "{s}");
+        assert!(s.contains("rank 0 (node-a pid 10)"), "{s}");
+        assert_eq!(e.ranks(), vec![1, 2]);
+    }
+}
