@@ -387,6 +387,42 @@ pub enum Error {
         detail: String,
     },
 
+    /// A peer destroyed its communicator (or exited cleanly) while we wait
+    /// for it in a collective it never entered.
+    #[error("[missed-collective] rank {peer} left the job (its last collective was #{their_seq}) while this rank waits for it in {op} #{seq}")]
+    PeerLeft {
+        /// The peer.
+        peer: Rank,
+        /// The collective we are in.
+        op: OpKind,
+        /// Its sequence number.
+        seq: u64,
+        /// The last sequence number the peer had started.
+        their_seq: u64,
+    },
+
+    /// A peer sent bytes that are not a ringleader frame of this version.
+    #[error("[version-mismatch] rank {peer} sent data this build cannot read ({detail}); run the same ringleader build on every node")]
+    PeerProtocol {
+        /// The peer.
+        peer: Rank,
+        /// What was wrong.
+        detail: String,
+    },
+
+    /// Same call on both sides, but the ranks computed different schedules.
+    #[error("[mismatch] in {op} #{seq} rank {peer} follows another schedule: {detail}; check that RINGLEADER_ALGO and RINGLEADER_STREAMS are the same on every rank")]
+    ScheduleMismatch {
+        /// The peer.
+        peer: Rank,
+        /// The collective.
+        op: OpKind,
+        /// Its sequence number.
+        seq: u64,
+        /// What differed.
+        detail: String,
+    },
+
     /// A peer's frame carried a different fingerprint or sequence number.
     #[error("[mismatch] in {} #{seq} rank {peer} sent {theirs} #{their_seq}", .ours)]
     FrameMismatch {
@@ -460,6 +496,9 @@ impl Error {
             Error::AuthFailed { .. } => ErrorKind::AuthFailed,
             Error::DataPortUnreachable { .. } => ErrorKind::DataPortUnreachable,
             Error::PeerLost { .. } => ErrorKind::PeerDied,
+            Error::PeerLeft { .. } => ErrorKind::MissedCollective,
+            Error::PeerProtocol { .. } => ErrorKind::VersionMismatch,
+            Error::ScheduleMismatch { .. } => ErrorKind::Mismatch,
             Error::FrameMismatch { .. } => ErrorKind::Mismatch,
             Error::Collective(d) => d.kind,
             Error::Aborted { .. } => ErrorKind::Aborted,
@@ -473,7 +512,11 @@ impl Error {
             Error::WorldSizeMismatch { claims } => claims.iter().map(|m| m.rank).collect(),
             Error::DuplicateRank { rank, .. } => vec![*rank],
             Error::DataPortUnreachable { src, dst, .. } => vec![*src, *dst],
-            Error::PeerLost { peer, .. } | Error::FrameMismatch { peer, .. } => vec![*peer],
+            Error::PeerLost { peer, .. }
+            | Error::PeerLeft { peer, .. }
+            | Error::PeerProtocol { peer, .. }
+            | Error::ScheduleMismatch { peer, .. }
+            | Error::FrameMismatch { peer, .. } => vec![*peer],
             Error::Timeout { awaited, .. } => awaited.clone(),
             Error::Collective(d) => d.culprits.clone(),
             _ => Vec::new(),
@@ -484,6 +527,8 @@ impl Error {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Error::PeerLost { seq, .. }
+            | Error::PeerLeft { seq, .. }
+            | Error::ScheduleMismatch { seq, .. }
             | Error::FrameMismatch { seq, .. }
             | Error::Timeout { seq, .. } => Some(*seq),
             Error::Collective(d) => d.seq,
@@ -494,7 +539,10 @@ impl Error {
     /// The collective concerned, if any.
     pub fn op(&self) -> Option<OpKind> {
         match self {
-            Error::PeerLost { op, .. } | Error::Timeout { op, .. } => Some(*op),
+            Error::PeerLost { op, .. }
+            | Error::PeerLeft { op, .. }
+            | Error::ScheduleMismatch { op, .. }
+            | Error::Timeout { op, .. } => Some(*op),
             Error::FrameMismatch { ours, .. } => Some(ours.op),
             Error::Collective(d) => d.op,
             _ => None,

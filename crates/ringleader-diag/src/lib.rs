@@ -1,1 +1,20 @@
-//! placeholder
+//! Diagnosis: the flight recorder, the dump format and the verdict engine.
+//!
+//! - [`recorder`]: the always-on ring of the last N operations of a
+//!   communicator, and lock-free progress counters beside it;
+//! - [`snapshot`]: what a rank publishes about itself when a collective fails
+//!   (and writes as its dump), and the heartbeat payload;
+//! - [`verdict`]: a pure function from every rank's snapshot and the store's
+//!   view of the job to one [`ringleader_core::Diagnosis`].
+//!
+//! Nothing here does IO, which is why `ringleader analyze` (dumps read from
+//! disk) and the watchdog (snapshots gathered through the store) share it.
+#![forbid(unsafe_code)]
+
+pub mod recorder;
+pub mod snapshot;
+pub mod verdict;
+
+pub use recorder::{Entry, FlightRecorder, State};
+pub use snapshot::{Beat, Liveness, Observation, PeerView, Snapshot};
+pub use verdict::{verdict, Evidence};

@@ -1,1 +1,24 @@
-//! placeholder
+//! Byte channels between ranks, and the driver that runs algorithms on them.
+//!
+//! The layers, bottom up:
+//! - [`frame`] and [`hello`]: the wire formats, sans-IO, tested without sockets;
+//! - [`tcp`]: choosing a listen address, building the full mesh at init, the
+//!   nonblocking socket;
+//! - [`link`]: one ordered stream to one peer, whatever it is made of;
+//! - [`driver`]: runs a collective's [`driver::Plan`] (sends, receives,
+//!   reductions and their dependencies) over the links, full duplex, on one
+//!   thread, waking on abort.
+//!
+//! Algorithms live in the `ringleader` crate and only build plans: they never
+//! see a socket (the seam gloo draws between algorithms and transports).
+#![forbid(unsafe_code)]
+
+pub mod driver;
+pub mod frame;
+pub mod hello;
+pub mod link;
+pub mod tcp;
+
+pub use driver::{Buf, Chan, Driver, OpInfo, Plan, RecvMode, Region};
+pub use link::Link;
+pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};

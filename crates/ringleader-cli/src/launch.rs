@@ -1,0 +1,289 @@
+//! `ringleader launch`: a torchrun-like launcher whose failures explain
+//! themselves.
+//!
+//! It starts `--nproc-per-node` copies of a command with the torchrun
+//! environment (see [`plan::Plan::rank_env`]), hosts ringleader's store on
+//! node 0, prefixes every line the ranks print with `[rank{R}]: `, and when a
+//! rank fails it prints how (exit code, signal, OOM kill), records that in
+//! the store under `rl/exit/{rank}`, gives the others a grace period to print
+//! their own diagnosis, and tears them down.
+//!
+//! Layout:
+//! - [`plan`]: arguments to a resolved plan and each rank's environment (pure);
+//! - [`child`]: starting one rank (process group, pipes, exit watcher);
+//! - [`output`]: the line-prefixing copy of a rank's output;
+//! - [`supervise`]: the event loop and the teardown escalation;
+//! - [`ending`]: how a rank ended, in words;
+//! - [`oom`]: telling an OOM kill from another SIGKILL;
+//! - [`store_link`]: hosting the store and recording endings in it.
+//!
+//! Ports: torch's rank 0 binds its own TCPStore on MASTER_PORT (env://), so
+//! ringleader's store never uses MASTER_PORT: it listens on `--store-port`
+//! (one node: an ephemeral port; several: MASTER_PORT + 1), and the ranks
+//! learn it from `RINGLEADER_STORE_ADDR`.
+
+mod child;
+mod ending;
+mod oom;
+mod output;
+mod plan;
+mod store_link;
+mod supervise;
+
+use crate::error::{CliError, Result};
+use crate::signals::BlockedSignals;
+use child::RankProcess;
+use clap::Args;
+use plan::{MasterPort, Plan, StoreSide};
+use ringleader_core::config::join_host_port;
+use rustix::process::{kill_process_group, Signal};
+use std::ffi::OsString;
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::Duration;
+use supervise::{Event, Supervisor};
+
+pub(crate) use store_link::host_store;
+
+/// Arguments of `ringleader launch`. Option names follow torchrun's (the
+/// underscore spellings are accepted too).
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, \
+GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, \
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, \
+TORCHELASTIC_USE_AGENT_STORE=False, RINGLEADER_RUN_ID, RINGLEADER_STORE_ADDR, and \
+PYTHONUNBUFFERED=1 and OMP_NUM_THREADS=1 unless already set.
+
+Example: ringleader launch --nproc-per-node 4 -- python train.py --lr 0.1")]
+pub(crate) struct LaunchArgs {
+    /// Ranks to start on this node.
+    #[arg(long, alias = "nproc_per_node", value_name = "N")]
+    pub(crate) nproc_per_node: usize,
+
+    /// Nodes in the job (run one launcher per node).
+    #[arg(long, alias = "nnodes", default_value_t = 1, value_name = "M")]
+    pub(crate) nnodes: usize,
+
+    /// This node's index, 0 to M-1; it runs ranks R*N to R*N+N-1. Node 0
+    /// hosts ringleader's store.
+    #[arg(long, alias = "node_rank", default_value_t = 0, value_name = "R")]
+    pub(crate) node_rank: usize,
+
+    /// Address of node 0, the same on every node [default: 127.0.0.1 on one
+    /// node; required with several].
+    #[arg(long, alias = "master_addr", value_name = "A")]
+    pub(crate) master_addr: Option<String>,
+
+    /// MASTER_PORT, where torch's rank 0 binds its TCPStore [default: a free
+    /// port on one node, 29500 with several].
+    #[arg(long, alias = "master_port", value_name = "P")]
+    pub(crate) master_port: Option<u16>,
+
+    /// Port of ringleader's store on node 0, never MASTER_PORT [default: an
+    /// ephemeral port on one node, MASTER_PORT+1 with several].
+    #[arg(long, alias = "store_port", value_name = "S")]
+    pub(crate) store_port: Option<u16>,
+
+    /// Seconds the other ranks get to exit on their own (and print their
+    /// diagnosis) after one fails, before SIGTERM; SIGKILL follows 3 s later.
+    #[arg(long, default_value = "5", value_parser = parse_secs, value_name = "SECS")]
+    pub(crate) grace: Duration,
+
+    /// Id of the job, the same on every node [default: random on one node;
+    /// derived from master address and port with several].
+    #[arg(long, alias = "run_id", value_name = "ID")]
+    pub(crate) run_id: Option<String>,
+
+    /// The command each rank runs, and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Parses a non-negative number of seconds, fractions allowed.
+fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..1e9).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
+/// Runs `ringleader launch`; returns the process exit code.
+pub(crate) fn run(args: LaunchArgs) -> i32 {
+    match launch(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ringleader launch: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn launch(args: LaunchArgs) -> Result<i32> {
+    // First, before any thread exists (see `signals`).
+    let blocked = BlockedSignals::block(&[libc::SIGINT, libc::SIGTERM])
+        .map_err(|e| CliError::io("blocking SIGINT and SIGTERM", e))?;
+    let plan = Plan::resolve(&args, random_run_id)?;
+
+    let (tx, events) = mpsc::channel();
+    let signal_tx = tx.clone();
+    blocked
+        .listen(move |sig| {
+            let _ = signal_tx.send(Event::Signal(sig));
+        })
+        .map_err(|e| CliError::io("starting the signal thread", e))?;
+
+    let token = std::env::var("RINGLEADER_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let (hosted, store_addr) = match &plan.store {
+        StoreSide::Host { bind_host, port } => {
+            let hosted = store_link::host_store(
+                &join_host_port(bind_host, *port),
+                &plan.run_id,
+                token.clone(),
+            )?;
+            let addr = join_host_port(&plan.master_addr, hosted.local_addr().port());
+            (Some(hosted), addr)
+        }
+        StoreSide::Remote(addr) => (None, addr.clone()),
+    };
+    let master_port = match plan.master_port {
+        MasterPort::Fixed(p) => p,
+        MasterPort::PickFree => free_port(
+            &plan.master_addr,
+            hosted.as_ref().map(|h| h.local_addr().port()),
+        )?,
+    };
+
+    let oom = oom::OomWatch::start();
+    let recorder = store_link::ExitRecorder::start(store_addr.clone(), plan.run_id.clone(), token);
+    let ranks = spawn_all(&plan, master_port, &store_addr, &tx)?;
+    drop(tx);
+
+    let (code, recorder) = Supervisor::new(ranks, events, plan.grace, oom, recorder).run();
+    recorder.finish(Duration::from_secs(1));
+    if let Some(h) = hosted {
+        h.shutdown();
+    }
+    Ok(code)
+}
+
+/// Starts every local rank; if one cannot be started, kills those that were.
+fn spawn_all(
+    plan: &Plan,
+    master_port: u16,
+    store_addr: &str,
+    events: &mpsc::Sender<Event>,
+) -> Result<Vec<RankProcess>> {
+    let inherited = |k: &str| std::env::var_os(k).is_some();
+    let mut ranks: Vec<RankProcess> = Vec::with_capacity(plan.nproc_per_node);
+    for local in 0..plan.nproc_per_node {
+        let env = plan.rank_env(local, master_port, store_addr, inherited);
+        match child::spawn_rank(local, plan.rank_of(local), &plan.command, &env, events) {
+            Ok(r) => ranks.push(r),
+            Err(e) => {
+                for r in &mut ranks {
+                    let _ = kill_process_group(r.pid, Signal::KILL);
+                    let _ = r.child.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(ranks)
+}
+
+/// A port that is free on `host` now, other than `avoid` (our store's):
+/// bind port 0, read it, close. Another process could take it before
+/// torch's rank 0 binds it; the ephemeral range makes that unlikely.
+fn free_port(host: &str, avoid: Option<u16>) -> Result<u16> {
+    for _ in 0..8 {
+        let l = TcpListener::bind((host, 0))
+            .map_err(|e| CliError::io(format!("finding a free port on {host}"), e))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| CliError::io("reading a bound port", e))?
+            .port();
+        if Some(port) != avoid {
+            return Ok(port);
+        }
+    }
+    Err(CliError::io(
+        format!("finding a free port on {host}"),
+        std::io::Error::other("the kernel kept handing out the store's port"),
+    ))
+}
+
+/// 16 random hex digits (from /dev/urandom; pid and clock if unreadable).
+fn random_run_id() -> String {
+    let mut b = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok();
+    let n = if random {
+        u64::from_le_bytes(b)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)
+    };
+    format!("{n:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        launch: LaunchArgs,
+    }
+
+    #[test]
+    fn command_after_dashes_keeps_its_own_options() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--nproc-per-node",
+            "2",
+            "--grace",
+            "0.5",
+            "--",
+            "python",
+            "train.py",
+            "--nnodes",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!(cli.launch.nproc_per_node, 2);
+        assert_eq!(cli.launch.nnodes, 1);
+        assert_eq!(cli.launch.grace, Duration::from_millis(500));
+        assert_eq!(cli.launch.command, ["python", "train.py", "--nnodes", "7"]);
+    }
+
+    #[test]
+    fn torchrun_spellings() {
+        let cli = Cli::try_parse_from(["x", "--nproc_per_node=3", "train.py", "-v"]).unwrap();
+        assert_eq!(cli.launch.nproc_per_node, 3);
+        assert_eq!(cli.launch.command, ["train.py", "-v"]);
+        assert!(Cli::try_parse_from(["x", "--nproc-per-node", "2"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--nproc-per-node", "2", "--grace", "-1", "t"]).is_err());
+    }
+
+    #[test]
+    fn free_ports_and_run_ids() {
+        let p = free_port("127.0.0.1", None).unwrap();
+        assert_ne!(p, 0);
+        assert_ne!(random_run_id(), random_run_id());
+        assert_eq!(random_run_id().len(), 16);
+    }
+}

@@ -1,0 +1,129 @@
+//! The launcher and ringleader's store: node 0 hosts it in-process
+//! ([`host_store`]), and every node's launcher records how its failed ranks
+//! ended under `rl/exit/{rank}` ([`ExitRecorder`]), so the survivors'
+//! diagnosis can say "rank 1 was killed by signal 9 (SIGKILL, OOM killer)".
+
+use crate::error::Result;
+use ringleader_store::{ClientOptions, ServerOptions, StoreClient, StoreServer};
+use std::cell::Cell;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// The key under which the ending of `rank` is recorded.
+pub(crate) fn exit_key(rank: usize) -> String {
+    format!("rl/exit/{rank}")
+}
+
+/// Hosts ringleader's store in this process on `addr` (`host:port`, port 0
+/// for an ephemeral one) for run `run_id` (`*`: any run), admitting only
+/// clients that know `token` if one is given. The server runs on a thread of
+/// its own until the returned handle is shut down or dropped.
+pub(crate) fn host_store(addr: &str, run_id: &str, token: Option<String>) -> Result<StoreServer> {
+    let mut opts = ServerOptions::new(run_id);
+    opts.token = token;
+    Ok(StoreServer::bind(addr, opts)?)
+}
+
+/// Records rank endings in the store from a background thread, so that a
+/// slow or unreachable store never delays the teardown.
+#[derive(Debug)]
+pub(crate) struct ExitRecorder {
+    tx: Sender<(usize, String)>,
+    /// One message per ending handled (written or given up on).
+    handled: Receiver<()>,
+    queued: Cell<usize>,
+    addr: String,
+}
+
+impl ExitRecorder {
+    /// Starts the recording thread for the store at `addr` (it connects
+    /// right away, in the background).
+    pub(crate) fn start(addr: String, run_id: String, token: Option<String>) -> ExitRecorder {
+        let (tx, rx) = mpsc::channel::<(usize, String)>();
+        let (handled_tx, handled) = mpsc::channel();
+        let thread_addr = addr.clone();
+        let spawned = std::thread::Builder::new()
+            .name("exit-recorder".into())
+            .spawn(move || record_all(&thread_addr, &run_id, token, rx, handled_tx));
+        if let Err(e) = spawned {
+            eprintln!("ringleader launch: warning: endings will not be recorded in the store: {e}");
+        }
+        ExitRecorder {
+            tx,
+            handled,
+            queued: Cell::new(0),
+            addr,
+        }
+    }
+
+    /// Queues `text` (how `rank` ended) for the store.
+    pub(crate) fn record(&self, rank: usize, text: String) {
+        if self.tx.send((rank, text)).is_ok() {
+            self.queued.set(self.queued.get() + 1);
+        }
+    }
+
+    /// Waits up to `timeout` for the queued endings to be written (not at all
+    /// when none were queued).
+    pub(crate) fn finish(self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        for _ in 0..self.queued.get() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.handled.recv_timeout(left).is_err() {
+                eprintln!(
+                    "ringleader launch: warning: how the ranks ended could not be recorded \
+                     in the store at {} within {:.0} s",
+                    self.addr,
+                    timeout.as_secs_f64()
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// The recorder thread: connects at once (so that recording a failure later
+/// is one round trip), then writes each ending it is sent, reconnecting once
+/// if the connection broke in the meantime.
+fn record_all(
+    addr: &str,
+    run_id: &str,
+    token: Option<String>,
+    rx: Receiver<(usize, String)>,
+    handled: Sender<()>,
+) {
+    let mut client = connect(addr, run_id, token.clone()).ok();
+    for (rank, text) in rx {
+        let key = exit_key(rank);
+        let written = match client.as_mut().map(|c| c.set(&key, text.as_bytes())) {
+            Some(Ok(())) => Ok(()),
+            _ => connect(addr, run_id, token.clone()).and_then(|mut c| {
+                c.set(&key, text.as_bytes())?;
+                client = Some(c);
+                Ok(())
+            }),
+        };
+        if let Err(e) = written {
+            eprintln!(
+                "ringleader launch: warning: cannot record how rank {rank} ended \
+                 in the store at {addr}: {e}"
+            );
+        }
+        let _ = handled.send(());
+    }
+}
+
+/// How long the recorder keeps trying to reach the store (node 0 may start
+/// after this node).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long it waits for the store to answer a `set`.
+const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An auxiliary (non-member) connection of run `run_id` to the store at `addr`.
+fn connect(addr: &str, run_id: &str, token: Option<String>) -> Result<StoreClient> {
+    let mut opts = ClientOptions::new(run_id);
+    opts.token = token;
+    opts.connect_timeout = CONNECT_TIMEOUT;
+    opts.op_timeout = OP_TIMEOUT;
+    Ok(StoreClient::connect(addr, opts)?)
+}

@@ -1,0 +1,346 @@
+//! The supervisor: one loop over events (a rank ended, a rank's output
+//! closed, the launcher got a signal) and deadlines, which escalates a
+//! teardown in steps:
+//!
+//! ```text
+//! Running --a rank fails---------> Grace (--grace, default 5 s: survivors
+//!    |                               |    usually fail on their own with a
+//!    |                               |    diagnosis; let them print it)
+//!    +--SIGINT: forwarded--------->  +
+//!    |                               | grace over: SIGTERM to each group
+//!    +--SIGTERM: forwarded-------> Terminating (3 s)
+//!                                    | SIGKILL to each group
+//!                                  Killing (5 s, then stop waiting)
+//! ```
+//!
+//! A second signal to the launcher (a second Ctrl-C) skips to SIGKILL. The
+//! loop ends when every rank has ended; after a teardown, every rank's
+//! process group gets a last SIGKILL so nothing a rank started outlives it.
+//! The launcher's exit code is that of the first rank that failed on its own
+//! (128 + signal for a signal), else 128 + the signal the launcher got, else 0.
+
+use super::child::RankProcess;
+use super::ending::Ending;
+use super::oom::OomWatch;
+use super::store_link::ExitRecorder;
+use crate::signals::signal_name;
+use ringleader_core::error::fmt_ranks;
+use rustix::process::{kill_process_group, Signal};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// From SIGTERM to SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(3);
+/// From SIGKILL to giving up on a process (one stuck in the kernel).
+const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+/// How long output pipes may stay open once every rank has ended (a
+/// background process of a rank can hold them).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// What the supervisor reacts to.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The rank at `index` ended (it is left a zombie until reaped).
+    Ended {
+        /// Index into the supervisor's ranks.
+        index: usize,
+        /// How it ended.
+        ending: Ending,
+    },
+    /// One output pipe of a rank reached end of file.
+    OutputClosed,
+    /// The launcher received this signal.
+    Signal(i32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Grace(Instant),
+    Terminating(Instant),
+    Killing(Instant),
+}
+
+impl Phase {
+    fn deadline(self) -> Option<Instant> {
+        match self {
+            Phase::Running => None,
+            Phase::Grace(t) | Phase::Terminating(t) | Phase::Killing(t) => Some(t),
+        }
+    }
+}
+
+/// Supervises the ranks of this node until they have all ended.
+#[derive(Debug)]
+pub(crate) struct Supervisor {
+    ranks: Vec<RankProcess>,
+    ended: Vec<Option<Ending>>,
+    /// The last signal the launcher sent to each rank's group.
+    sent: Vec<Option<i32>>,
+    events: Receiver<Event>,
+    grace: Duration,
+    oom: OomWatch,
+    recorder: ExitRecorder,
+    phase: Phase,
+    first_failure: Option<i32>,
+    launcher_signal: Option<i32>,
+    signals_received: u32,
+    open_outputs: usize,
+}
+
+impl Supervisor {
+    /// A supervisor for `ranks`, whose events arrive on `events`.
+    pub(crate) fn new(
+        ranks: Vec<RankProcess>,
+        events: Receiver<Event>,
+        grace: Duration,
+        oom: OomWatch,
+        recorder: ExitRecorder,
+    ) -> Supervisor {
+        let n = ranks.len();
+        Supervisor {
+            ranks,
+            ended: vec![None; n],
+            sent: vec![None; n],
+            events,
+            grace,
+            oom,
+            recorder,
+            phase: Phase::Running,
+            first_failure: None,
+            launcher_signal: None,
+            signals_received: 0,
+            open_outputs: 2 * n,
+        }
+    }
+
+    /// Runs until every rank has ended (or been given up on); returns the
+    /// launcher's exit code and the recorder, to be flushed.
+    pub(crate) fn run(mut self) -> (i32, ExitRecorder) {
+        while self.ended.iter().any(Option::is_none) {
+            let event = match self.phase.deadline() {
+                None => self
+                    .events
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => self
+                    .events
+                    .recv_timeout(t.saturating_duration_since(Instant::now())),
+            };
+            match event {
+                Ok(Event::Ended { index, ending }) => self.on_ended(index, ending),
+                Ok(Event::OutputClosed) => self.open_outputs = self.open_outputs.saturating_sub(1),
+                Ok(Event::Signal(sig)) => self.on_signal(sig),
+                Err(RecvTimeoutError::Timeout) => {
+                    if !self.escalate() {
+                        break;
+                    }
+                }
+                // Every sender is gone: nothing more can happen.
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        if self.phase != Phase::Running {
+            // Whatever the ranks started and left behind goes with them.
+            for r in &self.ranks {
+                let _ = kill_process_group(r.pid, Signal::KILL);
+            }
+        }
+        self.drain_output();
+        self.reap();
+        let code = self
+            .first_failure
+            .or(self.launcher_signal.map(|s| 128 + s))
+            .unwrap_or(0);
+        (code, self.recorder)
+    }
+
+    fn on_ended(&mut self, index: usize, ending: Ending) {
+        self.ended[index] = Some(ending.clone());
+        if ending.is_success() {
+            return;
+        }
+        let sent = self.sent[index];
+        let (rank, pid, started) = {
+            let r = &self.ranks[index];
+            (r.rank, r.pid_u32(), r.started_us)
+        };
+        let oom = match ending.signal() {
+            Some(libc::SIGKILL) if sent != Some(libc::SIGKILL) => self.oom.check(pid, started),
+            _ => None,
+        };
+        let by_launcher = sent.is_some() && sent == ending.signal();
+        let note = match (&oom, by_launcher) {
+            (Some(line), _) => Some(format!("OOM killer: {line}")),
+            (None, true) => Some("sent by the launcher".to_string()),
+            (None, false) => None,
+        };
+        let mut line = format!(
+            "ringleader launch: rank {rank} (pid {pid}) {}",
+            ending.describe(note.as_deref())
+        );
+        if let (Some(s), false) = (sent, by_launcher) {
+            line += &format!(" after the launcher sent {}", signal_name(s));
+        }
+        eprintln!("{line}");
+        let store_note = match (&oom, by_launcher) {
+            (Some(_), _) => Some("OOM killer"),
+            (None, true) => Some("sent by the launcher"),
+            (None, false) => None,
+        };
+        self.recorder.record(rank, ending.store_text(store_note));
+
+        if sent.is_none() && self.first_failure.is_none() && self.launcher_signal.is_none() {
+            self.first_failure = Some(ending.exit_code());
+        }
+        if self.phase == Phase::Running {
+            let survivors = self.running();
+            if !survivors.is_empty() {
+                eprintln!(
+                    "ringleader launch: giving {} {:.1} s to exit, then SIGTERM",
+                    self.describe_ranks(&survivors),
+                    self.grace.as_secs_f64()
+                );
+            }
+            self.phase = Phase::Grace(Instant::now() + self.grace);
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        self.signals_received += 1;
+        let survivors = self.running();
+        if self.first_failure.is_none() && self.launcher_signal.is_none() {
+            self.launcher_signal = Some(sig);
+        }
+        let impatient = self.signals_received > 1
+            || matches!(self.phase, Phase::Terminating(_) | Phase::Killing(_));
+        if impatient {
+            let when = if self.signals_received > 1 {
+                "again"
+            } else {
+                "during the teardown"
+            };
+            eprintln!(
+                "ringleader launch: got {} {when}; killing {}",
+                signal_name(sig),
+                self.describe_ranks(&survivors)
+            );
+            self.signal_all(&survivors, libc::SIGKILL);
+            self.phase = Phase::Killing(Instant::now() + GIVE_UP_AFTER);
+            return;
+        }
+        eprintln!(
+            "ringleader launch: got {}; passing it to {} (send it again to kill them at once)",
+            signal_name(sig),
+            self.describe_ranks(&survivors)
+        );
+        self.signal_all(&survivors, sig);
+        let now = Instant::now();
+        self.phase = if sig == libc::SIGTERM {
+            Phase::Terminating(now + KILL_AFTER)
+        } else {
+            let until = now + self.grace;
+            match self.phase {
+                Phase::Grace(t) => Phase::Grace(t.min(until)),
+                _ => Phase::Grace(until),
+            }
+        };
+    }
+
+    /// The deadline of the current phase passed: take the next step.
+    /// Returns false when there is nothing left to do but give up.
+    fn escalate(&mut self) -> bool {
+        let survivors = self.running();
+        let now = Instant::now();
+        match self.phase {
+            Phase::Running => {}
+            Phase::Grace(_) => {
+                eprintln!(
+                    "ringleader launch: sending SIGTERM to {} (SIGKILL follows in {:.0} s)",
+                    self.describe_ranks(&survivors),
+                    KILL_AFTER.as_secs_f64()
+                );
+                self.signal_all(&survivors, libc::SIGTERM);
+                self.phase = Phase::Terminating(now + KILL_AFTER);
+            }
+            Phase::Terminating(_) => {
+                eprintln!(
+                    "ringleader launch: sending SIGKILL to {}",
+                    self.describe_ranks(&survivors)
+                );
+                self.signal_all(&survivors, libc::SIGKILL);
+                self.phase = Phase::Killing(now + GIVE_UP_AFTER);
+            }
+            Phase::Killing(_) => {
+                eprintln!(
+                    "ringleader launch: {} still running {:.0} s after SIGKILL (stuck in the \
+                     kernel?); giving up on them",
+                    self.describe_ranks(&survivors),
+                    GIVE_UP_AFTER.as_secs_f64()
+                );
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Indices of the ranks that have not ended.
+    fn running(&self) -> Vec<usize> {
+        (0..self.ranks.len())
+            .filter(|&i| self.ended[i].is_none())
+            .collect()
+    }
+
+    /// `rank 0 (pid 12)` or `ranks 0, 2 (pids 12, 14)`.
+    fn describe_ranks(&self, indices: &[usize]) -> String {
+        let ranks: Vec<_> = indices.iter().map(|&i| self.ranks[i].rank).collect();
+        let pids: Vec<_> = indices
+            .iter()
+            .map(|&i| self.ranks[i].pid_u32().to_string())
+            .collect();
+        let label = if pids.len() == 1 { "pid" } else { "pids" };
+        format!("{} ({label} {})", fmt_ranks(&ranks), pids.join(", "))
+    }
+
+    fn signal_all(&mut self, indices: &[usize], sig: i32) {
+        let Some(signal) = Signal::from_named_raw(sig) else {
+            return;
+        };
+        for &i in indices {
+            // ESRCH: the group is already gone; nothing to do.
+            let _ = kill_process_group(self.ranks[i].pid, signal);
+            self.sent[i] = Some(sig);
+        }
+    }
+
+    /// Lets the output threads print what is still in the pipes.
+    fn drain_output(&mut self) {
+        let until = Instant::now() + OUTPUT_DRAIN;
+        while self.open_outputs > 0 {
+            match self
+                .events
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(Event::OutputClosed) => self.open_outputs = self.open_outputs.saturating_sub(1),
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!(
+                        "ringleader launch: not waiting for {} output pipe(s) still open \
+                         (held by a process a rank left behind?)",
+                        self.open_outputs
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reaps every rank that ended (the others were given up on).
+    fn reap(&mut self) {
+        for (r, ended) in self.ranks.iter_mut().zip(&self.ended) {
+            if ended.is_some() {
+                let _ = r.child.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,696 @@
+//! `ringleader launch` and `ringleader store` with real processes: the built
+//! binary starting `sh -c` ranks. Every process a test starts runs under a
+//! hard time limit ([`Running::finish`]): past it, the launcher's process
+//! group is killed (its ranks follow through their parent-death signal) and
+//! the test fails.
+
+use ringleader_store::{ClientOptions, ServerOptions, StoreClient, StoreServer};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringleader");
+
+/// A started `ringleader` process whose output is being collected.
+struct Running {
+    child: Child,
+    started: Instant,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+/// A finished one.
+#[derive(Debug)]
+struct Finished {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("OMP_NUM_THREADS")
+        .env_remove("PYTHONUNBUFFERED")
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start ringleader");
+    let collect = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let stdout = collect(Box::new(child.stdout.take().unwrap()));
+    let stderr = collect(Box::new(child.stderr.take().unwrap()));
+    Running {
+        child,
+        started: Instant::now(),
+        stdout,
+        stderr,
+    }
+}
+
+impl Running {
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Waits at most `limit` from the start; past it, kills the process group
+    /// and fails the test with what was printed so far.
+    fn finish(mut self, limit: Duration) -> Finished {
+        let deadline = self.started + limit;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() >= deadline {
+                // SAFETY: kill(2) on our own child's process group.
+                unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let elapsed = self.started.elapsed();
+        let f = Finished {
+            code: status.and_then(|s| s.code()),
+            stdout: self.stdout.join().unwrap(),
+            stderr: self.stderr.join().unwrap(),
+            elapsed,
+        };
+        assert!(status.is_some(), "still running after {limit:?}: {f:#?}");
+        f
+    }
+}
+
+fn launch(args: &[&str], limit: Duration) -> Finished {
+    let mut all = vec!["launch"];
+    all.extend_from_slice(args);
+    start(&all, &[]).finish(limit)
+}
+
+/// A scratch directory for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("rl-launch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn read_pid(&self, name: &str) -> i32 {
+        std::fs::read_to_string(self.0.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits (bounded) until every file in `names` exists.
+    fn wait_for(&self, names: &[&str], limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !names.iter().all(|n| self.0.join(n).exists()) {
+            assert!(Instant::now() < deadline, "{names:?} did not appear");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+    }
+}
+
+/// Waits (bounded) for `pid` to be gone; its reaping can lag its death.
+fn gone_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn two_ranks_prefixed_output_and_exit_0() {
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo out $RANK; echo err $RANK >&2; printf 'no newline %s' $RANK",
+        ],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    for r in 0..2 {
+        assert!(
+            f.stdout.contains(&format!("[rank{r}]: out {r}\n")),
+            "{f:#?}"
+        );
+        assert!(
+            f.stdout.contains(&format!("[rank{r}]: no newline {r}\n")),
+            "{f:#?}"
+        );
+        assert!(
+            f.stderr.contains(&format!("[rank{r}]: err {r}\n")),
+            "{f:#?}"
+        );
+    }
+    assert_eq!(f.stdout.lines().count(), 4, "{f:#?}");
+}
+
+#[test]
+fn lines_stay_whole_under_concurrent_writers() {
+    let script = "i=0; while [ $i -lt 300 ]; do \
+                  echo \"line $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"; \
+                  i=$((i+1)); done";
+    let f = launch(&["--nproc-per-node", "3", "--", "sh", "-c", script], LIMIT);
+    assert_eq!(f.code, Some(0), "{}", f.stderr);
+    assert_eq!(f.stdout.lines().count(), 900);
+    for line in f.stdout.lines() {
+        let rest = line
+            .strip_prefix("[rank0]: ")
+            .or_else(|| line.strip_prefix("[rank1]: "))
+            .or_else(|| line.strip_prefix("[rank2]: "))
+            .unwrap_or_else(|| panic!("bad prefix: {line:?}"));
+        assert!(
+            rest.starts_with("line ") && rest.ends_with("xxxx"),
+            "{line:?}"
+        );
+        assert_eq!(rest.matches("line").count(), 1, "{line:?}");
+    }
+}
+
+const ENV_SCRIPT: &str = "echo \"R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE \
+    G=$GROUP_RANK RR=$ROLE_RANK MA=$MASTER_ADDR MP=$MASTER_PORT TID=$TORCHELASTIC_RUN_ID \
+    RID=$RINGLEADER_RUN_ID SA=$RINGLEADER_STORE_ADDR PU=$PYTHONUNBUFFERED OMP=$OMP_NUM_THREADS\"; \
+    grep SigBlk /proc/self/status";
+
+/// `KEY=value` pairs of the line rank `rank` printed.
+fn env_of(stdout: &str, rank: usize) -> std::collections::HashMap<String, String> {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("[rank{rank}]: R=")))
+        .unwrap_or_else(|| panic!("no env line of rank {rank} in {stdout}"));
+    format!("R={line}")
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn single_node_environment() {
+    let f = launch(
+        &["--nproc-per-node", "2", "--", "sh", "-c", ENV_SCRIPT],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    let (e0, e1) = (env_of(&f.stdout, 0), env_of(&f.stdout, 1));
+    for (r, e) in [(0, &e0), (1, &e1)] {
+        let r = r.to_string();
+        assert_eq!(e["R"], r);
+        assert_eq!(e["L"], r);
+        assert_eq!(e["RR"], r);
+        assert_eq!(e["W"], "2");
+        assert_eq!(e["LW"], "2");
+        assert_eq!(e["G"], "0");
+        assert_eq!(e["MA"], "127.0.0.1");
+        assert_eq!(e["PU"], "1");
+        assert_eq!(e["OMP"], "1");
+        assert_eq!(e["TID"], e["RID"]);
+    }
+    assert!(!e0["RID"].is_empty());
+    assert_eq!(e0["RID"], e1["RID"], "one run id for the job");
+    assert_eq!(e0["MP"], e1["MP"]);
+    assert_eq!(e0["SA"], e1["SA"]);
+    let master_port: u16 = e0["MP"].parse().unwrap();
+    let (host, store_port) = e0["SA"].rsplit_once(':').unwrap();
+    assert_eq!(host, "127.0.0.1");
+    assert_ne!(store_port.parse::<u16>().unwrap(), master_port);
+    assert_ne!(master_port, 0);
+    // Ranks start with no signal blocked (the launcher blocks SIGINT/SIGTERM).
+    assert_eq!(
+        f.stdout.matches("SigBlk:\t0000000000000000").count(),
+        2,
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn second_node_environment_and_inherited_settings() {
+    let args = [
+        "launch",
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        "23456",
+        "--",
+        "sh",
+        "-c",
+        ENV_SCRIPT,
+    ];
+    let f = start(&args, &[("OMP_NUM_THREADS", "7")]).finish(LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    for (local, global) in [(0, "2"), (1, "3")] {
+        let e = env_of(&f.stdout, local + 2);
+        assert_eq!(e["R"], global);
+        assert_eq!(e["L"], local.to_string());
+        assert_eq!(e["W"], "4");
+        assert_eq!(e["G"], "1");
+        assert_eq!(e["MP"], "23456");
+        assert_eq!(e["SA"], "127.0.0.1:23457", "store on MASTER_PORT + 1");
+        assert_eq!(e["OMP"], "7", "an inherited OMP_NUM_THREADS is kept");
+        assert!(
+            e["RID"].starts_with("rl-"),
+            "derived from the master address"
+        );
+    }
+    let other = start(&args, &[]).finish(LIMIT);
+    assert_eq!(
+        env_of(&other.stdout, 2)["RID"],
+        env_of(&f.stdout, 2)["RID"],
+        "every launch with the same master derives the same run id"
+    );
+}
+
+#[test]
+fn failing_rank_tears_down_the_others() {
+    let dir = Scratch::new("fail");
+    let d = dir.path();
+    let script = format!(
+        "if [ $RANK = 1 ]; then \
+           while [ ! -f {d}/ready ]; do sleep 0.01; done; echo bye; exit 3; \
+         fi; \
+         sleep 60 & echo $! > {d}/bg; echo $$ > {d}/pid; touch {d}/ready; wait"
+    );
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--grace",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(3), "{f:#?}");
+    assert!(f.elapsed < Duration::from_secs(5), "{f:#?}");
+    assert!(
+        f.stderr.contains("rank 1 (pid ") && f.stderr.contains("exited with code 3"),
+        "{f:#?}"
+    );
+    assert!(f.stdout.contains("[rank1]: bye"), "{f:#?}");
+    assert!(f.stderr.contains("SIGTERM"), "{f:#?}");
+    let (pid, bg) = (dir.read_pid("pid"), dir.read_pid("bg"));
+    assert!(gone_soon(pid), "rank 0 (pid {pid}) survived the teardown");
+    assert!(
+        gone_soon(bg),
+        "rank 0's child (pid {bg}) survived the teardown"
+    );
+}
+
+#[test]
+fn rank_killed_by_sigkill() {
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "if [ $RANK = 1 ]; then kill -9 $$; fi; exit 0",
+        ],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(137), "{f:#?}");
+    let line = f
+        .stderr
+        .lines()
+        .find(|l| l.contains("rank 1 (pid "))
+        .unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(
+        line.contains("killed by signal 9 (SIGKILL"),
+        "{line:?} in {f:#?}"
+    );
+}
+
+#[test]
+fn sigint_to_the_launcher_tears_down_the_ranks() {
+    let dir = Scratch::new("sigint");
+    let d = dir.path();
+    let script =
+        format!("echo $$ > {d}/pid$RANK.tmp; mv {d}/pid$RANK.tmp {d}/pid$RANK; exec sleep 60");
+    let run = start(
+        &["launch", "--nproc-per-node", "2", "--", "sh", "-c", &script],
+        &[],
+    );
+    dir.wait_for(&["pid0", "pid1"], LIMIT);
+    let pids = [dir.read_pid("pid0"), dir.read_pid("pid1")];
+    run.signal(libc::SIGINT);
+    let f = run.finish(LIMIT);
+    assert_eq!(f.code, Some(130), "{f:#?}");
+    assert!(f.stderr.contains("got SIGINT"), "{f:#?}");
+    for pid in pids {
+        assert!(gone_soon(pid), "rank pid {pid} survived SIGINT");
+    }
+}
+
+#[test]
+fn second_sigint_kills_at_once() {
+    let dir = Scratch::new("sigint2");
+    let d = dir.path();
+    let script = format!("trap '' INT TERM; touch {d}/ready$RANK; sleep 60");
+    let run = start(
+        &[
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--grace",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    dir.wait_for(&["ready0", "ready1"], LIMIT);
+    run.signal(libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    run.signal(libc::SIGINT);
+    let f = run.finish(LIMIT);
+    assert!(t.elapsed() < Duration::from_secs(3), "{f:#?}");
+    assert_eq!(f.code, Some(130), "{f:#?}");
+    assert!(f.stderr.contains("killing"), "{f:#?}");
+}
+
+#[test]
+fn rank_ignoring_sigterm_gets_sigkill() {
+    let dir = Scratch::new("ignore-term");
+    let d = dir.path();
+    let script = format!(
+        "if [ $RANK = 1 ]; then \
+           while [ ! -f {d}/ready ]; do sleep 0.01; done; exit 1; \
+         fi; \
+         trap '' TERM; echo $$ > {d}/pid; touch {d}/ready; sleep 60"
+    );
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--grace",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(1), "{f:#?}");
+    // 0.5 s grace, SIGTERM (ignored), SIGKILL 3 s later.
+    assert!(f.elapsed >= Duration::from_millis(3400), "{f:#?}");
+    assert!(f.elapsed < Duration::from_secs(8), "{f:#?}");
+    assert!(f.stderr.contains("sending SIGKILL to rank 0"), "{f:#?}");
+    assert!(
+        f.stderr.contains("rank 0 (pid ") && f.stderr.contains("signal 9 (SIGKILL"),
+        "{f:#?}"
+    );
+    assert!(gone_soon(dir.read_pid("pid")));
+}
+
+#[test]
+fn usage_errors() {
+    let f = launch(
+        &["--nproc-per-node", "2", "--nnodes", "2", "--", "true"],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(2), "{f:#?}");
+    assert!(f.stderr.contains("--master-addr"), "{f:#?}");
+
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "1",
+            "--",
+            "/nonexistent/ringleader-test-cmd",
+        ],
+        LIMIT,
+    );
+    assert_eq!(f.code, Some(127), "{f:#?}");
+    assert!(f.stderr.contains("cannot start"), "{f:#?}");
+}
+
+/// A memory cgroup with a small limit, made for one test and removed after;
+/// `None` where cgroups cannot be written (not root, read-only, no memory
+/// controller).
+struct SmallCgroup {
+    dir: PathBuf,
+}
+
+impl SmallCgroup {
+    fn create(name: &str) -> Option<SmallCgroup> {
+        let name = format!("{name}-{}", std::process::id());
+        let v1 = PathBuf::from("/sys/fs/cgroup/memory").join(&name);
+        let v2 = PathBuf::from("/sys/fs/cgroup").join(&name);
+        for (dir, limit, swap) in [
+            (v1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+            (v2, "memory.max", "memory.swap.max"),
+        ] {
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let cg = SmallCgroup { dir };
+            if std::fs::write(cg.dir.join(limit), "64M").is_ok() {
+                let _ = std::fs::write(cg.dir.join(swap), "64M");
+                let _ = std::fs::write(cg.dir.join("memory.swap.max"), "0");
+                return Some(cg);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for SmallCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn oom_kill_is_named() {
+    let Some(cg) = SmallCgroup::create("rl-oom-test") else {
+        eprintln!("skipped: cannot create a memory cgroup here (needs root and cgroupfs)");
+        return;
+    };
+    // Rank 1 moves itself into the small cgroup and becomes awk, which
+    // doubles a string until the OOM killer ends it.
+    let script = format!(
+        "if [ $RANK = 1 ]; then echo $$ > {}/cgroup.procs || exit 99; \
+           exec awk 'BEGIN {{ s = \"x\"; while (1) s = s s }}'; fi; exit 0",
+        cg.dir.display()
+    );
+    let f = launch(&["--nproc-per-node", "2", "--", "sh", "-c", &script], LIMIT);
+    if f.code == Some(99) {
+        eprintln!("skipped: cannot move a process into {}", cg.dir.display());
+        return;
+    }
+    assert_eq!(f.code, Some(137), "{f:#?}");
+    let line = f
+        .stderr
+        .lines()
+        .find(|l| l.contains("rank 1 (pid "))
+        .unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(line.contains("SIGKILL, OOM killer: "), "{line:?}");
+}
+
+fn store_client(
+    addr: &str,
+    run_id: &str,
+    token: Option<&str>,
+) -> ringleader_core::Result<StoreClient> {
+    let mut opts = ClientOptions::new(run_id);
+    opts.token = token.map(str::to_string);
+    opts.connect_timeout = Duration::from_secs(5);
+    opts.op_timeout = Duration::from_secs(5);
+    StoreClient::connect(addr, opts)
+}
+
+#[test]
+fn node_0_hosts_the_store_for_its_ranks() {
+    let dir = Scratch::new("hosted-store");
+    let d = dir.path();
+    let script = format!(
+        "echo \"$RINGLEADER_STORE_ADDR $RINGLEADER_RUN_ID\" > {d}/store.tmp; \
+         mv {d}/store.tmp {d}/store; \
+         while [ ! -f {d}/checked ]; do sleep 0.01; done"
+    );
+    let run = start(
+        &["launch", "--nproc-per-node", "1", "--", "sh", "-c", &script],
+        &[],
+    );
+    dir.wait_for(&["store"], LIMIT);
+    let line = std::fs::read_to_string(dir.0.join("store")).unwrap();
+    let (addr, run_id) = line.trim().split_once(' ').unwrap();
+    let checked = (|| {
+        let mut c = store_client(addr, run_id, None)?;
+        c.set("probe", b"yes")?;
+        c.get("probe", Duration::from_secs(2))
+    })();
+    std::fs::write(dir.0.join("checked"), "").unwrap();
+    let f = run.finish(LIMIT);
+    assert_eq!(checked.unwrap(), b"yes");
+    assert_eq!(f.code, Some(0), "{f:#?}");
+}
+
+#[test]
+fn endings_are_recorded_in_the_store() {
+    // This test plays node 0 (hosting the store); the launcher is node 1.
+    let server = StoreServer::bind("127.0.0.1:0", ServerOptions::new("rec-test")).unwrap();
+    let store_port = server.local_addr().port().to_string();
+    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let f = launch(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &master_port,
+            "--store-port",
+            &store_port,
+            "--run-id",
+            "rec-test",
+            "--",
+            "sh",
+            "-c",
+            "if [ $RANK = 2 ]; then exit 3; fi; kill -9 $$",
+        ],
+        LIMIT,
+    );
+    assert!(matches!(f.code, Some(3) | Some(137)), "{f:#?}");
+    assert!(!f.stderr.contains("warning"), "{f:#?}");
+    let addr = format!("127.0.0.1:{store_port}");
+    let mut c = store_client(&addr, "rec-test", None).unwrap();
+    let get = |c: &mut StoreClient, k: &str| {
+        String::from_utf8(c.get(k, Duration::from_secs(2)).unwrap()).unwrap()
+    };
+    assert_eq!(get(&mut c, "rl/exit/2"), "exited with code 3");
+    assert_eq!(get(&mut c, "rl/exit/3"), "killed by signal 9 (SIGKILL)");
+    server.shutdown();
+}
+
+#[test]
+fn standalone_store_serves_until_sigterm() {
+    let mut child = Command::new(BIN)
+        .args([
+            "store",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            "--token-env",
+            "RL_TEST_TOKEN",
+        ])
+        .env("RL_TEST_TOKEN", "s3cret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let run = Running {
+        child,
+        started: Instant::now(),
+        stdout: std::thread::spawn(String::new),
+        stderr: std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        }),
+    };
+    let line = rx.recv_timeout(LIMIT);
+    let checked = line.as_ref().ok().and_then(|l| {
+        let addr = l
+            .trim()
+            .strip_prefix("ringleader store listening on ")?
+            .to_string();
+        let refused = store_client(&addr, "any-run", None).is_err();
+        let mut c = store_client(&addr, "any-run", Some("s3cret")).ok()?;
+        c.set("k", b"v").ok()?;
+        Some((refused, c.get("k", Duration::from_secs(2)).ok()?))
+    });
+    run.signal(libc::SIGTERM);
+    let f = run.finish(LIMIT);
+    assert_eq!(
+        checked,
+        Some((true, b"v".to_vec())),
+        "first line {line:?}, {f:#?}"
+    );
+    assert_eq!(f.code, Some(0), "{f:#?}");
+}

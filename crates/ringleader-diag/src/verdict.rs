@@ -1,0 +1,534 @@
+//! The verdict engine: every rank's snapshot and the store's view of the job
+//! in, one [`Diagnosis`] out. A pure function, so the watchdog at run time and
+//! `ringleader analyze` afterwards reach the same verdict from the same data,
+//! and every cause of DESIGN.md §1 is unit-tested with synthetic snapshots.
+//!
+//! The questions are asked in order of how sure the answer is:
+//! 1. did ranks call the collective with different arguments (`mismatch`)?
+//! 2. did a rank's process end without leaving (`peer-died`)?
+//! 3. did a rank leave cleanly before the collective (`missed-collective`)?
+//! 4. did a rank's process stop answering (`peer-stalled`)?
+//! 5. is a live rank simply not in the collective (`missed-collective`)?
+//! 6. otherwise, everyone is in it and nothing moves (`timeout`).
+
+use crate::snapshot::{Beat, Liveness, Observation, PeerView, Running, Snapshot};
+use ringleader_core::error::fmt_ranks;
+use ringleader_core::{Diagnosis, ErrorKind, Fingerprint, OpKind, Rank};
+
+/// Everything known about a failure.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// The world size.
+    pub world_size: usize,
+    /// The store's view of each rank (missing ranks count as unknown).
+    pub peers: Vec<PeerView>,
+    /// The snapshots that arrived.
+    pub snapshots: Vec<Snapshot>,
+    /// A heartbeat older than this means the process stopped answering.
+    pub stale_after_ms: u64,
+}
+
+/// What is known of one rank, merged from its snapshot and the store.
+#[derive(Debug)]
+struct Facts<'a> {
+    rank: Rank,
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    liveness: Liveness,
+    heartbeat_age_ms: Option<u64>,
+    exit: Option<&'a str>,
+    snap: Option<&'a Snapshot>,
+    beat: Option<&'a Beat>,
+}
+
+impl<'a> Facts<'a> {
+    fn gather(ev: &'a Evidence) -> Vec<Facts<'a>> {
+        (0..ev.world_size)
+            .map(|rank| {
+                let peer = ev.peers.iter().find(|p| p.rank == rank);
+                let snap = ev.snapshots.iter().find(|s| s.rank == rank);
+                Facts {
+                    rank,
+                    host: snap
+                        .map(|s| s.host.as_str())
+                        .or(peer.and_then(|p| p.host.as_deref())),
+                    pid: snap.map(|s| s.pid).or(peer.and_then(|p| p.pid)),
+                    liveness: peer.map_or(Liveness::Unknown, |p| p.liveness),
+                    heartbeat_age_ms: peer.and_then(|p| p.heartbeat_age_ms),
+                    exit: peer.and_then(|p| p.exit.as_deref()),
+                    snap,
+                    beat: snap.map(|s| &s.beat).or(peer.and_then(|p| p.beat.as_ref())),
+                }
+            })
+            .collect()
+    }
+
+    /// `rank 1 (node-a pid 123)`.
+    fn who(&self) -> String {
+        match (self.host, self.pid) {
+            (Some(h), Some(p)) => format!("rank {} ({h} pid {p})", self.rank),
+            (None, Some(p)) => format!("rank {} (pid {p})", self.rank),
+            _ => format!("rank {}", self.rank),
+        }
+    }
+
+    fn last_completed(&self) -> u64 {
+        self.beat.map_or(0, |b| b.last_completed)
+    }
+
+    fn running(&self) -> Option<&Running> {
+        self.beat.and_then(|b| b.running.as_ref())
+    }
+
+    fn observation(&self) -> Option<&Observation> {
+        self.snap.and_then(|s| s.observation.as_ref())
+    }
+
+    fn fingerprint_of(&self, seq: u64) -> Option<Fingerprint> {
+        if let Some(s) = self.snap {
+            return s.fingerprint_of(seq);
+        }
+        self.running()
+            .filter(|r| r.seq == seq)
+            .map(|r| r.fingerprint)
+    }
+
+    fn died(&self) -> bool {
+        self.liveness == Liveness::Vanished || self.exit.is_some_and(|e| !e.contains("code 0"))
+    }
+
+    fn left(&self) -> bool {
+        !self.died()
+            && (self.liveness == Liveness::Left
+                || self.exit.is_some()
+                || self.snap.is_some_and(|s| s.destroyed))
+    }
+
+    fn stale(&self, limit_ms: u64) -> bool {
+        self.liveness == Liveness::Alive && self.heartbeat_age_ms.is_some_and(|a| a > limit_ms)
+    }
+
+    /// Whether this rank finished collective `seq`, as far as we know.
+    fn completed(&self, seq: u64) -> bool {
+        self.last_completed() >= seq
+    }
+
+    /// One line: where the rank is (`all` lends labels for collectives
+    /// this rank has no record of).
+    fn position(&self, all: &[Facts<'_>]) -> String {
+        let mut parts = Vec::new();
+        match self.liveness {
+            Liveness::Vanished => {
+                parts.push("its process ended without leaving the job".to_string())
+            }
+            Liveness::Left => parts.push("left the job cleanly".to_string()),
+            Liveness::Alive => {
+                if let Some(age) = self.heartbeat_age_ms {
+                    parts.push(format!(
+                        "alive, last heartbeat {:.1} s ago",
+                        age as f64 / 1000.0
+                    ));
+                }
+            }
+            Liveness::Unknown => {}
+        }
+        if let Some(e) = self.exit {
+            parts.push(e.to_string());
+        }
+        match self.running() {
+            Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
+                let mut s = format!(
+                    "in {} for {:.1} s",
+                    if r.seq > 0 {
+                        format!("{} #{}", r.fingerprint.op, r.seq)
+                    } else {
+                        r.fingerprint.to_string()
+                    },
+                    r.running_ms as f64 / 1000.0
+                );
+                if !r.awaited_peers.is_empty() {
+                    s += &format!(", waiting for {}", fmt_ranks(&r.awaited_peers));
+                }
+                parts.push(s);
+            }
+            _ if self.beat.is_some() => parts.push("outside any collective".into()),
+            _ => {}
+        }
+        match self.last_completed() {
+            0 if self.beat.is_some() => parts.push("has completed no collective".into()),
+            0 => parts.push("no progress report".into()),
+            n => parts.push(format!("last completed {}", label_for(all, self, n))),
+        }
+        format!("{}: {}", self.who(), parts.join("; "))
+    }
+}
+
+/// The collective the job is stuck in: the lowest sequence number any rank
+/// is running or failed in.
+fn stuck_seq(facts: &[Facts<'_>]) -> u64 {
+    let running = facts
+        .iter()
+        .filter_map(|f| f.running().map(|r| r.seq).filter(|s| *s > 0));
+    let observed = facts
+        .iter()
+        .filter_map(|f| f.observation().and_then(|o| o.seq).filter(|s| *s > 0));
+    running
+        .chain(observed)
+        .min()
+        .unwrap_or_else(|| facts.iter().map(Facts::last_completed).max().unwrap_or(0) + 1)
+}
+
+/// `all_reduce #7`: from `f`'s own record if it has one, else from any rank's.
+fn label_for(all: &[Facts<'_>], f: &Facts<'_>, seq: u64) -> String {
+    match f.fingerprint_of(seq) {
+        Some(fp) => format!("{} #{seq}", fp.op),
+        None => label(all, seq).1,
+    }
+}
+
+/// The label of collective `seq`, from whichever rank knows its op.
+fn label(facts: &[Facts<'_>], seq: u64) -> (Option<OpKind>, String) {
+    let op = facts
+        .iter()
+        .find_map(|f| f.fingerprint_of(seq))
+        .map(|fp| fp.op);
+    (
+        op,
+        op.map_or(format!("collective #{seq}"), |op| format!("{op} #{seq}")),
+    )
+}
+
+/// Computes the verdict.
+///
+/// ```
+/// use ringleader_core::{DType, ErrorKind, Fingerprint, OpKind};
+/// use ringleader_diag::snapshot::{Beat, Liveness, PeerView, Running};
+/// use ringleader_diag::verdict::{verdict, Evidence};
+/// let waiting = Beat { last_started: 2, last_completed: 1, running: Some(Running {
+///     seq: 2, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::F32, 1), running_ms: 900, awaited_peers: vec![1] }) };
+/// let ev = Evidence {
+///     world_size: 2,
+///     peers: vec![
+///         PeerView { rank: 0, liveness: Liveness::Alive, host: None, pid: Some(10), heartbeat_age_ms: Some(100), beat: Some(waiting), exit: None },
+///         PeerView { rank: 1, liveness: Liveness::Left, host: None, pid: Some(11), heartbeat_age_ms: None,
+///                    beat: Some(Beat { last_started: 1, last_completed: 1, running: None }), exit: None },
+///     ],
+///     snapshots: vec![],
+///     stale_after_ms: 5000,
+/// };
+/// let d = verdict(&ev);
+/// assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::MissedCollective, vec![1], Some(2)));
+/// assert!(d.headline.contains("rank 1"));
+/// assert!(d.headline.contains("all_reduce #2"));
+/// ```
+pub fn verdict(ev: &Evidence) -> Diagnosis {
+    let facts = Facts::gather(ev);
+    let seq = stuck_seq(&facts);
+    let (op, what) = label(&facts, seq);
+    let details: Vec<String> = facts.iter().map(|f| f.position(&facts)).collect();
+    let mut d = mismatch(&facts, seq, &what)
+        .or_else(|| died(&facts, seq, &what))
+        .or_else(|| left(&facts, seq, &what))
+        .or_else(|| stalled(&facts, seq, &what, ev.stale_after_ms))
+        .or_else(|| absent(&facts, seq, &what, ev.stale_after_ms))
+        .unwrap_or_else(|| timeout(&facts, &what));
+    d.op = d.op.or(op);
+    d.seq = d.seq.or(Some(seq));
+    d.details = details;
+    d
+}
+
+fn diagnosis(
+    kind: ErrorKind,
+    culprits: Vec<Rank>,
+    headline: String,
+    hints: Vec<String>,
+) -> Diagnosis {
+    Diagnosis {
+        kind,
+        culprits,
+        op: None,
+        seq: None,
+        headline,
+        details: Vec::new(),
+        hints,
+    }
+}
+
+/// Waiting ranks, for "while ranks 0, 2 wait in ...".
+fn waiting(facts: &[Facts<'_>], seq: u64) -> Vec<Rank> {
+    facts
+        .iter()
+        .filter(|f| {
+            f.running().is_some_and(|r| r.seq == seq)
+                || f.observation().is_some_and(|o| o.seq == Some(seq))
+        })
+        .map(|f| f.rank)
+        .collect()
+}
+
+fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
+    // Which rank used which fingerprint for collective `seq`; a peer's call
+    // seen in a mismatching frame counts as that peer's.
+    let mut calls: Vec<(Rank, Fingerprint)> = facts
+        .iter()
+        .filter_map(|f| f.fingerprint_of(seq).map(|fp| (f.rank, fp)))
+        .collect();
+    let mut diverged = None;
+    for f in facts {
+        let Some(o) = f.observation() else { continue };
+        let (Some(peer), Some(theirs), Some(their_seq)) = (o.peer, o.theirs, o.their_seq) else {
+            continue;
+        };
+        if their_seq == seq && !calls.iter().any(|(r, _)| *r == peer) {
+            calls.push((peer, theirs));
+        } else if their_seq != o.seq.unwrap_or(seq) && diverged.is_none() {
+            diverged = Some((
+                f.rank,
+                peer,
+                o.ours,
+                o.seq.unwrap_or(seq),
+                theirs,
+                their_seq,
+            ));
+        }
+    }
+    let mut groups: Vec<(Fingerprint, Vec<Rank>)> = Vec::new();
+    for (rank, fp) in calls {
+        if fp.op.is_p2p() {
+            continue;
+        }
+        match groups.iter_mut().find(|(g, _)| *g == fp) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => groups.push((fp, vec![rank])),
+        }
+    }
+    let hint = "every rank must call the same collectives in the same order, with the same shape, dtype, root and reduce op: \
+                look for rank-dependent shapes, a rank-conditional call, or an uneven number of iterations"
+        .to_string();
+    if groups.len() > 1 {
+        for (_, ranks) in groups.iter_mut() {
+            ranks.sort_unstable();
+        }
+        // The largest group (ties: the one holding the lowest rank) is taken
+        // as the intended call; the others are the culprits.
+        groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1[0].cmp(&b.1[0])));
+        let mut culprits: Vec<Rank> = groups[1..]
+            .iter()
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        culprits.sort_unstable();
+        let listing = groups
+            .iter()
+            .map(|(fp, ranks)| format!("{} called {fp}", fmt_ranks(ranks)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let ops: Vec<OpKind> = groups.iter().map(|(fp, _)| fp.op).collect();
+        let mut d = diagnosis(
+            ErrorKind::Mismatch,
+            culprits,
+            format!("ranks called collective #{seq} with different arguments: {listing}"),
+            vec![hint],
+        );
+        if ops.iter().any(|o| *o != ops[0]) {
+            d.hints.insert(0, "the ranks are in different collectives: one rank skipped or added a call, or they run their calls in a different order".into());
+        }
+        d.op = Some(groups[0].0.op);
+        return Some(d);
+    }
+    let (rank, peer, ours, our_seq, theirs, their_seq) = diverged?;
+    let ours = ours.map_or(what.to_string(), |fp| format!("{} #{our_seq}", fp.op));
+    Some(diagnosis(
+        ErrorKind::Mismatch,
+        vec![peer],
+        format!(
+            "rank {peer} sent data of {} #{their_seq} to rank {rank}, which is in {ours}: the ranks' sequences of collectives diverged (a rank skipped or added a call)",
+            theirs.op
+        ),
+        vec![hint],
+    ))
+}
+
+fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
+    let dead: Vec<&Facts<'_>> = facts
+        .iter()
+        .filter(|f| f.died() && !f.completed(seq))
+        .collect();
+    if dead.is_empty() {
+        return None;
+    }
+    let names = dead
+        .iter()
+        .map(|f| match f.exit {
+            Some(e) => format!("{} ({e})", f.who()),
+            None => f.who(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let during = if dead
+        .iter()
+        .all(|f| f.running().is_some_and(|r| r.seq == seq))
+    {
+        format!("during {what}")
+    } else {
+        format!("before completing {what}")
+    };
+    let hosts: Vec<String> = dead
+        .iter()
+        .filter_map(|f| f.host.map(str::to_string))
+        .collect();
+    let on = if hosts.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", hosts.join(", "))
+    };
+    Some(diagnosis(
+        ErrorKind::PeerDied,
+        dead.iter().map(|f| f.rank).collect(),
+        format!("{names} died {during}; the surviving ranks cannot complete it"),
+        vec![
+            format!("check the kernel log{on} for an OOM kill: `dmesg -T | grep -i 'killed process'`"),
+            "check the process's own output and exit status (segfault, uncaught exception, kill -9)".into(),
+        ],
+    ))
+}
+
+fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
+    let gone: Vec<&Facts<'_>> = facts
+        .iter()
+        .filter(|f| f.left() && !f.completed(seq))
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let waiters = waiting(facts, seq);
+    let mut line = gone
+        .iter()
+        .map(|f| {
+            let after = match f.last_completed() {
+                0 => "before completing any collective".to_string(),
+                n => format!("after {}", label_for(facts, f, n)),
+            };
+            format!("{} did not enter {what}: it left the job (destroyed its communicator or exited) {after}", f.who())
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if !waiters.is_empty() {
+        line += &format!(
+            ", while {} wait{} in it",
+            fmt_ranks(&waiters),
+            if waiters.len() == 1 { "s" } else { "" }
+        );
+    }
+    Some(diagnosis(
+        ErrorKind::MissedCollective,
+        gone.iter().map(|f| f.rank).collect(),
+        line,
+        vec!["every rank must make the same collective calls: look for a rank-conditional call (`if rank == 0:`), uneven batches per rank (a custom sampler or filtering inside the loop), or an extra iteration".into()],
+    ))
+}
+
+fn stalled(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Diagnosis> {
+    let frozen: Vec<&Facts<'_>> = facts
+        .iter()
+        .filter(|f| f.stale(limit_ms) && !f.completed(seq))
+        .collect();
+    if frozen.is_empty() {
+        return None;
+    }
+    let line = frozen
+        .iter()
+        .map(|f| {
+            let age = f.heartbeat_age_ms.unwrap_or(0) as f64 / 1000.0;
+            let inside = if f.running().is_some_and(|r| r.seq == seq) { "inside" } else { "before entering" };
+            format!("{} stopped responding {inside} {what}: its process is alive but sent no heartbeat for {age:.1} s", f.who())
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let pids: Vec<String> = frozen
+        .iter()
+        .filter_map(|f| f.pid.map(|p| p.to_string()))
+        .collect();
+    let pid = pids.first().cloned().unwrap_or_else(|| "PID".into());
+    Some(diagnosis(
+        ErrorKind::PeerStalled,
+        frozen.iter().map(|f| f.rank).collect(),
+        line,
+        vec![
+            format!("a stopped process (SIGSTOP, a debugger) shows state T in `ps -o stat= -p {pid}`; a frozen one may be swapping or in uninterruptible IO"),
+            format!("see where it is: `py-spy dump --pid {pid}` or `gdb -p {pid} -batch -ex 'thread apply all bt'`"),
+        ],
+    ))
+}
+
+fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Diagnosis> {
+    let outside: Vec<&Facts<'_>> = facts
+        .iter()
+        .filter(|f| {
+            f.liveness != Liveness::Vanished
+                && !f.stale(limit_ms)
+                && !f.completed(seq)
+                && !f.running().is_some_and(|r| r.seq == seq)
+                && !f.observation().is_some_and(|o| o.seq == Some(seq))
+        })
+        .collect();
+    if outside.is_empty() {
+        return None;
+    }
+    let waiters = waiting(facts, seq);
+    let names = outside
+        .iter()
+        .map(|f| f.who())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let last = outside
+        .iter()
+        .map(|f| match f.last_completed() {
+            0 => format!("rank {} has completed no collective", f.rank),
+            n => format!("rank {} last completed {}", f.rank, label_for(facts, f, n)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut line = format!("{names} did not enter {what}; {last}");
+    if !waiters.is_empty() {
+        line += &format!(
+            "; {} wait{} in it",
+            fmt_ranks(&waiters),
+            if waiters.len() == 1 { "s" } else { "" }
+        );
+    }
+    let pid = outside
+        .iter()
+        .find_map(|f| f.pid)
+        .map_or("PID".into(), |p| p.to_string());
+    Some(diagnosis(
+        ErrorKind::MissedCollective,
+        outside.iter().map(|f| f.rank).collect(),
+        line,
+        vec![
+            "the rank is alive and outside any collective: it skipped the call (a rank-conditional call, uneven batches), or it is busy or stuck in its own code (a dataloader, a native call)".into(),
+            format!("see where it is: `py-spy dump --pid {pid}`"),
+        ],
+    ))
+}
+
+fn timeout(facts: &[Facts<'_>], what: &str) -> Diagnosis {
+    let waiting: Vec<Rank> = facts
+        .iter()
+        .filter(|f| f.running().is_some())
+        .map(|f| f.rank)
+        .collect();
+    diagnosis(
+        ErrorKind::Timeout,
+        Vec::new(),
+        format!(
+            "{what} did not complete: {} {} inside it and no rank is known to be at fault",
+            fmt_ranks(&waiting),
+            if waiting.len() == 1 { "is" } else { "are" }
+        ),
+        vec!["data stopped flowing between ranks that are all inside the collective: check the network between their hosts (`ringleader doctor`)".into()],
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,411 @@
+//! One test per cause of DESIGN.md §1 that can happen after init, each from
+//! synthetic snapshots.
+
+use super::*;
+use crate::snapshot::{Beat, Liveness, Observation, PeerView, Running, Snapshot};
+use ringleader_core::{DType, Error, ReduceOp};
+
+fn ar(n: u64) -> Fingerprint {
+    Fingerprint::new(OpKind::AllReduce, DType::F32, n).with_reduce_op(ReduceOp::Sum)
+}
+
+fn beat(done: u64, running: Option<(u64, Fingerprint)>, awaited: Vec<Rank>) -> Beat {
+    Beat {
+        last_started: running.map_or(done, |r| r.0),
+        last_completed: done,
+        running: running.map(|(seq, fingerprint)| Running {
+            seq,
+            fingerprint,
+            running_ms: 9_500,
+            awaited_peers: awaited.clone(),
+        }),
+    }
+}
+
+fn peer(rank: Rank, liveness: Liveness, hb_ms: Option<u64>, b: Beat) -> PeerView {
+    PeerView {
+        rank,
+        liveness,
+        host: Some(format!("node{rank}")),
+        pid: Some(1000 + rank as u32),
+        heartbeat_age_ms: hb_ms,
+        beat: Some(b),
+        exit: None,
+    }
+}
+
+/// A snapshot whose recorder holds collectives 1..=done with `fps`, and a
+/// running one if given.
+fn snap(rank: Rank, b: Beat, history: &[(u64, Fingerprint)], obs: Option<Error>) -> Snapshot {
+    let fr = crate::recorder::FlightRecorder::new(16, 10_000);
+    for &(seq, fp) in history {
+        let id = fr.record(fp, seq, 0);
+        fr.started(id);
+        if seq <= b.last_completed {
+            fr.completed(id);
+        }
+    }
+    let mut s = Snapshot::new(rank, 0, &format!("node{rank}"), 1000 + rank as u32, "run");
+    s.entries = fr.entries();
+    s.beat = b;
+    s.observation = obs.as_ref().map(Observation::from_error);
+    s
+}
+
+fn ev(world: usize, peers: Vec<PeerView>, snapshots: Vec<Snapshot>) -> Evidence {
+    Evidence {
+        world_size: world,
+        peers,
+        snapshots,
+        stale_after_ms: 5_000,
+    }
+}
+
+#[test]
+fn skipped_collective_whose_skipper_exited() {
+    // The seed's hang: rank 0 makes a second all_reduce, rank 1 does not and
+    // destroys its process group.
+    let e = ev(
+        2,
+        vec![
+            peer(
+                0,
+                Liveness::Alive,
+                Some(200),
+                beat(1, Some((2, ar(1))), vec![1]),
+            ),
+            peer(1, Liveness::Left, None, beat(1, None, vec![])),
+        ],
+        vec![snap(
+            0,
+            beat(1, Some((2, ar(1))), vec![1]),
+            &[(1, ar(1)), (2, ar(1))],
+            None,
+        )],
+    );
+    let d = verdict(&e);
+    assert_eq!(d.kind, ErrorKind::MissedCollective);
+    assert_eq!(d.culprits, vec![1]);
+    assert_eq!((d.op, d.seq), (Some(OpKind::AllReduce), Some(2)));
+    assert!(
+        d.headline
+            .contains("rank 1 (node1 pid 1001) did not enter all_reduce #2"),
+        "{}",
+        d.headline
+    );
+    assert!(d.headline.contains("after all_reduce #1"), "{}", d.headline);
+    assert!(d.headline.contains("rank 0 waits"), "{}", d.headline);
+    assert_eq!(d.details.len(), 2);
+}
+
+#[test]
+fn skipped_collective_whose_skipper_is_alive() {
+    let e = ev(
+        3,
+        vec![
+            peer(
+                0,
+                Liveness::Alive,
+                Some(300),
+                beat(4, Some((5, ar(8))), vec![2]),
+            ),
+            peer(
+                1,
+                Liveness::Alive,
+                Some(300),
+                beat(4, Some((5, ar(8))), vec![2]),
+            ),
+            peer(2, Liveness::Alive, Some(400), beat(4, None, vec![])),
+        ],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!(
+        (d.kind, d.culprits.clone()),
+        (ErrorKind::MissedCollective, vec![2])
+    );
+    assert!(
+        d.headline.contains("did not enter all_reduce #5"),
+        "{}",
+        d.headline
+    );
+    // Nobody recorded #4 (heartbeats only carry the op in flight).
+    assert!(
+        d.headline.contains("rank 2 last completed collective #4"),
+        "{}",
+        d.headline
+    );
+    assert!(d.hints.iter().any(|h| h.contains("py-spy dump --pid 1002")));
+}
+
+#[test]
+fn shape_mismatch_names_both_fingerprints() {
+    let e = ev(
+        3,
+        vec![],
+        vec![
+            snap(0, beat(0, Some((1, ar(1))), vec![]), &[(1, ar(1))], None),
+            snap(1, beat(0, Some((1, ar(2))), vec![]), &[(1, ar(2))], None),
+            snap(2, beat(0, Some((1, ar(1))), vec![]), &[(1, ar(1))], None),
+        ],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::Mismatch, vec![1]));
+    assert!(
+        d.headline
+            .contains("ranks 0, 2 called all_reduce(f32 x 1, sum)"),
+        "{}",
+        d.headline
+    );
+    assert!(
+        d.headline
+            .contains("rank 1 called all_reduce(f32 x 2, sum)"),
+        "{}",
+        d.headline
+    );
+}
+
+#[test]
+fn mismatch_seen_only_in_a_frame_still_names_the_peer() {
+    // Rank 1's snapshot never arrived; rank 0 saw its frame.
+    let err = Error::FrameMismatch {
+        peer: 1,
+        seq: 3,
+        ours: ar(4),
+        their_seq: 3,
+        theirs: Fingerprint::new(OpKind::AllReduce, DType::F64, 4).with_reduce_op(ReduceOp::Sum),
+    };
+    let e = ev(
+        2,
+        vec![],
+        vec![snap(
+            0,
+            beat(2, Some((3, ar(4))), vec![1]),
+            &[(3, ar(4))],
+            Some(err),
+        )],
+    );
+    let d = verdict(&e);
+    assert_eq!(d.kind, ErrorKind::Mismatch);
+    assert!(d.headline.contains("f64 x 4"), "{}", d.headline);
+    assert!(d.headline.contains("f32 x 4"), "{}", d.headline);
+}
+
+#[test]
+fn dtype_root_reduce_op_and_order_mismatches() {
+    let cases = [
+        (
+            ar(4),
+            Fingerprint::new(OpKind::AllReduce, DType::I64, 4).with_reduce_op(ReduceOp::Sum),
+        ),
+        (
+            Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(0),
+            Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(1),
+        ),
+        (ar(4), ar(4).with_reduce_op(ReduceOp::Max)),
+        (ar(4), Fingerprint::new(OpKind::Barrier, DType::U8, 0)),
+        (
+            Fingerprint::new(OpKind::AllGather, DType::F32, 4),
+            Fingerprint::new(OpKind::AllGather, DType::F32, 5),
+        ),
+    ];
+    for (a, b) in cases {
+        let e = ev(
+            2,
+            vec![],
+            vec![
+                snap(0, beat(6, Some((7, a)), vec![]), &[(7, a)], None),
+                snap(1, beat(6, Some((7, b)), vec![]), &[(7, b)], None),
+            ],
+        );
+        let d = verdict(&e);
+        assert_eq!(d.kind, ErrorKind::Mismatch, "{a} vs {b}");
+        assert_eq!(d.culprits, vec![1]);
+        assert_eq!(d.seq, Some(7));
+        assert!(
+            d.headline.contains(&a.to_string()) && d.headline.contains(&b.to_string()),
+            "{}",
+            d.headline
+        );
+        if a.op != b.op {
+            assert!(d.hints[0].contains("different collectives"));
+        }
+    }
+}
+
+#[test]
+fn uneven_iterations_show_up_as_different_collectives() {
+    // Rank 0 runs one more step (all_reduce #5); rank 1 moved on to its final barrier.
+    let bar = Fingerprint::new(OpKind::Barrier, DType::U8, 0);
+    let e = ev(
+        2,
+        vec![],
+        vec![
+            snap(
+                0,
+                beat(4, Some((5, ar(2))), vec![1]),
+                &[(4, ar(2)), (5, ar(2))],
+                None,
+            ),
+            snap(
+                1,
+                beat(4, Some((5, bar)), vec![0]),
+                &[(4, ar(2)), (5, bar)],
+                None,
+            ),
+        ],
+    );
+    let d = verdict(&e);
+    assert_eq!(d.kind, ErrorKind::Mismatch);
+    assert!(d.headline.contains("barrier"), "{}", d.headline);
+}
+
+#[test]
+fn killed_rank_is_peer_died_with_host_pid_and_exit() {
+    let mut p1 = peer(
+        1,
+        Liveness::Vanished,
+        None,
+        beat(6, Some((7, ar(1 << 20))), vec![]),
+    );
+    p1.exit = Some("killed by signal 9 (SIGKILL)".into());
+    let e = ev(
+        3,
+        vec![
+            peer(
+                0,
+                Liveness::Alive,
+                Some(100),
+                beat(6, Some((7, ar(1 << 20))), vec![1]),
+            ),
+            p1,
+            peer(
+                2,
+                Liveness::Alive,
+                Some(100),
+                beat(6, Some((7, ar(1 << 20))), vec![1]),
+            ),
+        ],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::PeerDied, vec![1]));
+    assert!(
+        d.headline.contains("rank 1 (node1 pid 1001)"),
+        "{}",
+        d.headline
+    );
+    assert!(d.headline.contains("SIGKILL"), "{}", d.headline);
+    assert!(
+        d.headline.contains("during all_reduce #7"),
+        "{}",
+        d.headline
+    );
+    assert!(d.hints[0].contains("dmesg") && d.hints[0].contains("node1"));
+}
+
+#[test]
+fn stopped_rank_is_peer_stalled() {
+    let e = ev(
+        2,
+        vec![
+            peer(
+                0,
+                Liveness::Alive,
+                Some(300),
+                beat(2, Some((3, ar(1))), vec![1]),
+            ),
+            peer(
+                1,
+                Liveness::Alive,
+                Some(9_800),
+                beat(2, Some((3, ar(1))), vec![]),
+            ),
+        ],
+        vec![snap(
+            0,
+            beat(2, Some((3, ar(1))), vec![1]),
+            &[(3, ar(1))],
+            None,
+        )],
+    );
+    let d = verdict(&e);
+    assert_eq!(
+        (d.kind, d.culprits.clone()),
+        (ErrorKind::PeerStalled, vec![1])
+    );
+    assert!(
+        d.headline.contains("no heartbeat for 9.8 s"),
+        "{}",
+        d.headline
+    );
+    assert!(d.hints.iter().any(|h| h.contains("ps -o stat= -p 1001")));
+}
+
+#[test]
+fn everyone_inside_is_a_plain_timeout() {
+    let e = ev(
+        2,
+        vec![
+            peer(
+                0,
+                Liveness::Alive,
+                Some(300),
+                beat(2, Some((3, ar(1))), vec![1]),
+            ),
+            peer(
+                1,
+                Liveness::Alive,
+                Some(300),
+                beat(2, Some((3, ar(1))), vec![0]),
+            ),
+        ],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!(d.kind, ErrorKind::Timeout);
+    assert!(d.culprits.is_empty());
+    assert!(d.headline.contains("all_reduce #3"), "{}", d.headline);
+}
+
+#[test]
+fn diverged_sequences_from_a_frame() {
+    let err = Error::FrameMismatch {
+        peer: 1,
+        seq: 3,
+        ours: ar(4),
+        their_seq: 4,
+        theirs: ar(4),
+    };
+    let e = ev(
+        2,
+        vec![],
+        vec![snap(
+            0,
+            beat(2, Some((3, ar(4))), vec![1]),
+            &[(3, ar(4))],
+            Some(err),
+        )],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::Mismatch, vec![1]));
+    assert!(
+        d.headline.contains("#4") && d.headline.contains("#3"),
+        "{}",
+        d.headline
+    );
+}
+
+#[test]
+fn verdict_does_not_depend_on_arrival_order() {
+    let mut snaps = vec![
+        snap(0, beat(0, Some((1, ar(1))), vec![]), &[(1, ar(1))], None),
+        snap(1, beat(0, Some((1, ar(2))), vec![]), &[(1, ar(2))], None),
+        snap(2, beat(0, Some((1, ar(3))), vec![]), &[(1, ar(3))], None),
+    ];
+    let a = verdict(&ev(3, vec![], snaps.clone()));
+    snaps.reverse();
+    let b = verdict(&ev(3, vec![], snaps));
+    assert_eq!(a, b);
+    assert_eq!(a.culprits, vec![1, 2]);
+}

@@ -1,0 +1,168 @@
+//! Who is in the job and whether they are alive, as the store sees it.
+//!
+//! The store is the one place every rank stays connected to, so it is the
+//! natural witness of a rank's death: a TCP connection that closes without a
+//! `Leave` message means the process ended without cleaning up. These types
+//! carry that knowledge to the watchdog, the verdict engine and
+//! `ringleader status`. Ages are computed with the *server's* clock, so clock
+//! skew between hosts never makes a healthy rank look stale.
+
+use ringleader_core::Rank;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// What a connection stands for, declared in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The connection that represents a rank's life; at most one per rank.
+    /// When it closes without [`StoreClient::leave`](crate::StoreClient::leave),
+    /// the rank is [`Liveness::Vanished`].
+    Member,
+    /// Any other connection of a rank (a helper thread's, say). Does not count
+    /// for liveness.
+    Aux,
+    /// A viewer such as `ringleader status`. Never counts for liveness, and
+    /// may use the run id `*` to watch any run.
+    Tool,
+}
+
+impl Role {
+    /// Stable one-byte wire code.
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            Role::Member => 0,
+            Role::Aux => 1,
+            Role::Tool => 2,
+        }
+    }
+
+    /// Inverse of [`Role::code`].
+    pub(crate) fn from_code(code: u8) -> Option<Role> {
+        [Role::Member, Role::Aux, Role::Tool]
+            .get(code as usize)
+            .copied()
+    }
+}
+
+/// Whether a rank's member connection is alive.
+///
+/// ```
+/// use ringleader_store::Liveness;
+/// assert_eq!(Liveness::Vanished.to_string(), "vanished");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Liveness {
+    /// The member connection is open.
+    Connected,
+    /// The rank said goodbye before closing (it destroyed its communicator
+    /// or exited normally).
+    Left,
+    /// The connection closed or reset without a goodbye: the process was
+    /// killed, crashed, or its host went away.
+    Vanished,
+}
+
+impl Liveness {
+    /// Stable one-byte wire code.
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            Liveness::Connected => 0,
+            Liveness::Left => 1,
+            Liveness::Vanished => 2,
+        }
+    }
+
+    /// Inverse of [`Liveness::code`].
+    pub(crate) fn from_code(code: u8) -> Option<Liveness> {
+        [Liveness::Connected, Liveness::Left, Liveness::Vanished]
+            .get(code as usize)
+            .copied()
+    }
+}
+
+impl fmt::Display for Liveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Liveness::Connected => "connected",
+            Liveness::Left => "left",
+            Liveness::Vanished => "vanished",
+        })
+    }
+}
+
+/// One rank as the store last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankStatus {
+    /// The rank.
+    pub rank: Rank,
+    /// Whether its member connection is alive.
+    pub liveness: Liveness,
+    /// Its host name, as it declared.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its library version.
+    pub version: String,
+    /// The world size it was launched with, when it said.
+    pub world_size: Option<usize>,
+    /// Time since `liveness` last changed (by the store's clock).
+    pub since_change: Duration,
+    /// Time since its last heartbeat (by the store's clock); `None` before the first.
+    pub heartbeat_age: Option<Duration>,
+    /// The payload of its last heartbeat (opaque to the store).
+    pub heartbeat: Vec<u8>,
+}
+
+impl fmt::Display for RankStatus {
+    /// `rank 1 (node-b pid 42): vanished 3.2 s ago`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} ({} pid {}): {}",
+            self.rank, self.host, self.pid, self.liveness
+        )?;
+        if self.liveness != Liveness::Connected {
+            write!(f, " {:.1} s ago", self.since_change.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
+/// The job as the store sees it: every rank that ever connected as a member,
+/// and the job-wide abort record.
+///
+/// ```
+/// use ringleader_store::{JobStatus, Liveness};
+/// let s = JobStatus { generation: 0, ranks: vec![], abort: None };
+/// assert!(s.with(Liveness::Vanished).is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// Counts events (a member connected, left or vanished; the abort record
+    /// was set). Pass it back to [`StoreClient::status`](crate::StoreClient::status)
+    /// to wait for the next event.
+    pub generation: u64,
+    /// Every rank that ever connected as a member, ascending.
+    pub ranks: Vec<RankStatus>,
+    /// The job-wide abort record, once some rank set it.
+    pub abort: Option<Vec<u8>>,
+}
+
+impl JobStatus {
+    /// The status of `rank`, if it ever connected.
+    pub fn rank(&self, rank: Rank) -> Option<&RankStatus> {
+        self.ranks.iter().find(|r| r.rank == rank)
+    }
+
+    /// The ranks whose liveness is `liveness`, ascending.
+    pub fn with(&self, liveness: Liveness) -> Vec<Rank> {
+        self.ranks
+            .iter()
+            .filter(|r| r.liveness == liveness)
+            .map(|r| r.rank)
+            .collect()
+    }
+}

@@ -1,0 +1,182 @@
+//! The store server: a thin tokio layer around the sans-IO server state
+//! machine (the crate's `state` module).
+//!
+//! Built the mini-redis way: an accept loop capped by a semaphore (so a
+//! connection storm cannot exhaust descriptors) that backs off when `accept`
+//! fails, one task per connection that decodes frames and writes answers, and
+//! one actor task that owns the state, so no lock is ever held across an
+//! await. Deadlines of parked waits come from `ServerState::poll_timeout`.
+//!
+//! The server runs on its own thread with a current-thread runtime: it must
+//! keep answering while the thread that started it (rank 0's training loop)
+//! is busy or blocked in a collective, and it must not depend on the caller
+//! having a runtime. Binding happens before that thread starts, so a taken
+//! port is reported at once by [`StoreServer::bind`].
+
+mod connection;
+mod holder;
+mod runtime;
+
+pub use holder::port_holder;
+
+use ringleader_core::{Error, Result};
+use std::fmt;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::thread::JoinHandle;
+use tokio::sync::oneshot;
+
+/// Who the server admits.
+///
+/// ```
+/// use ringleader_store::ServerOptions;
+/// let mut opts = ServerOptions::new("job-42");
+/// opts.token = Some("s3cret".into());
+/// assert!(!format!("{opts:?}").contains("s3cret"));
+/// ```
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// The run this store serves; clients of another run are refused with
+    /// [`Error::ForeignRun`]. `*` accepts any run (the standalone
+    /// `ringleader store`).
+    pub run_id: String,
+    /// Shared secret every client must prove it knows; `None` admits anyone.
+    pub token: Option<String>,
+}
+
+impl ServerOptions {
+    /// A server for `run_id`, without a token.
+    pub fn new(run_id: impl Into<String>) -> ServerOptions {
+        ServerOptions {
+            run_id: run_id.into(),
+            token: None,
+        }
+    }
+}
+
+impl fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("run_id", &self.run_id)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// A running store server. Dropping it (or [`StoreServer::shutdown`]) stops
+/// it: connections close, so clients see the store go away.
+///
+/// ```
+/// use ringleader_store::{ServerOptions, StoreServer};
+/// let server = StoreServer::bind("127.0.0.1:0", ServerOptions::new("*")).unwrap();
+/// assert_ne!(server.local_addr().port(), 0);
+/// server.shutdown();
+/// ```
+pub struct StoreServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for StoreServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreServer {
+    /// Binds `addr` (`host:port`; port 0 picks a free one) and starts serving
+    /// on a thread of its own.
+    ///
+    /// A taken port is [`Error::PortInUse`], naming the process that holds
+    /// it where `/proc` shows it; an address that cannot be bound for
+    /// another reason is [`Error::InvalidArgument`].
+    pub fn bind(addr: &str, opts: ServerOptions) -> Result<StoreServer> {
+        let listener = bind_listener(addr)?;
+        let local = listener.local_addr().map_err(|e| bad_addr(addr, e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| bad_addr(addr, e))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| cannot_start(addr, e))?;
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("ringleader-store".into())
+            .spawn(move || rt.block_on(runtime::serve(listener, opts, stopped)))
+            .map_err(|e| cannot_start(addr, e))?;
+        tracing::info!(addr = %local, "store listening");
+        Ok(StoreServer {
+            addr: local,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address actually bound (with the port chosen when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection and waits for the server
+    /// thread to end.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!(addr = %self.addr, "the store thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// Binds the first address `addr` resolves to that can be bound.
+fn bind_listener(addr: &str) -> Result<TcpListener> {
+    let targets: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| bad_addr(addr, e))?
+        .collect();
+    let mut last = None;
+    for target in &targets {
+        match TcpListener::bind(target) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some((target.port(), e)),
+        }
+    }
+    Err(match last {
+        Some((port, e)) if e.kind() == std::io::ErrorKind::AddrInUse => Error::PortInUse {
+            addr: addr.to_string(),
+            holder: port_holder(port),
+        },
+        Some((_, e)) => bad_addr(addr, e),
+        None => Error::invalid("store address", format!("{addr:?} resolves to no address")),
+    })
+}
+
+fn bad_addr(addr: &str, e: std::io::Error) -> Error {
+    Error::invalid("store address", format!("cannot listen on {addr}: {e}"))
+}
+
+/// The runtime or its thread could not start: the machine is out of
+/// threads or descriptors. Core has no variant for local resource
+/// exhaustion, so this reports it as the store being unreachable.
+fn cannot_start(addr: &str, e: std::io::Error) -> Error {
+    Error::StoreProtocol {
+        addr: addr.to_string(),
+        detail: format!("cannot start the store server: {e}"),
+    }
+}

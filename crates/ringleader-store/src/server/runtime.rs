@@ -1,0 +1,159 @@
+//! The accept loop and the actor that owns the state.
+
+use super::connection;
+use super::ServerOptions;
+use crate::auth;
+use crate::codec::{Hello, Request, ServerMsg};
+use crate::state::{ConnId, Outbox, ServerState};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 4096;
+/// Events queued for the actor before connection tasks wait (backpressure).
+const EVENT_QUEUE: usize = 1024;
+const FIRST_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What connection tasks tell the actor.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// A connection was accepted; answers to it go to `outbox`.
+    Opened {
+        conn: ConnId,
+        outbox: mpsc::UnboundedSender<ServerMsg>,
+    },
+    Hello {
+        conn: ConnId,
+        hello: Hello,
+    },
+    Request {
+        conn: ConnId,
+        id: u64,
+        req: Request,
+    },
+    /// The connection ended, for whatever reason.
+    Closed {
+        conn: ConnId,
+    },
+}
+
+/// Serves until `stop` fires (or its sender is dropped). Returning drops the
+/// runtime, which cancels every connection task and so closes its socket.
+pub(super) async fn serve(
+    listener: std::net::TcpListener,
+    opts: ServerOptions,
+    stop: oneshot::Receiver<()>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%e, "the store cannot watch its listening socket");
+            return;
+        }
+    };
+    let (events, inbox) = mpsc::channel(EVENT_QUEUE);
+    let state = ServerState::new(&opts.run_id, opts.token.as_deref());
+    tokio::spawn(actor(state, inbox));
+    tokio::select! {
+        () = accept_loop(listener, events) => {}
+        _ = stop => tracing::info!("store shutting down"),
+    }
+}
+
+async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    for n in 1.. {
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::warn!(
+                    MAX_CONNECTIONS,
+                    "store connection limit reached; new connections wait"
+                );
+                limit
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed")
+            }
+        };
+        let (stream, peer) = accept(&listener).await;
+        tokio::spawn(connection::run(
+            ConnId(n),
+            stream,
+            peer,
+            events.clone(),
+            permit,
+        ));
+    }
+}
+
+/// Accepts one connection, backing off while `accept` fails (out of
+/// descriptors, say) instead of spinning.
+async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    let mut backoff = FIRST_ACCEPT_BACKOFF;
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(%e, ?backoff, "store accept failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Owns the state: applies events in arrival order, fires deadlines, and
+/// routes the answers to the connections' outboxes.
+async fn actor(mut state: ServerState, mut inbox: mpsc::Receiver<Event>) {
+    let mut routes = HashMap::new();
+    loop {
+        let out = tokio::select! {
+            event = inbox.recv() => match event {
+                Some(event) => apply(&mut state, &mut routes, event),
+                None => return,
+            },
+            () = sleep_until(state.poll_timeout()) => state.handle_timeout(Instant::now()),
+        };
+        for (conn, msg) in out {
+            if let Some(outbox) = routes.get(&conn) {
+                // A closed outbox means the connection task is ending; its
+                // `Closed` event follows.
+                let _ = outbox.send(msg);
+            }
+        }
+    }
+}
+
+fn apply(
+    state: &mut ServerState,
+    routes: &mut HashMap<ConnId, mpsc::UnboundedSender<ServerMsg>>,
+    event: Event,
+) -> Outbox {
+    let now = Instant::now();
+    match event {
+        Event::Opened { conn, outbox } => {
+            routes.insert(conn, outbox);
+            state.connection_opened(conn, auth::nonce())
+        }
+        Event::Hello { conn, hello } => state.handle_hello(conn, hello, now),
+        Event::Request { conn, id, req } => state.handle(conn, id, req, now),
+        Event::Closed { conn } => {
+            routes.remove(&conn);
+            state.connection_closed(conn, now)
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,299 @@
+//! Data-plane framing, sans-IO.
+//!
+//! Every message between ranks starts with a fixed 40-byte header that names
+//! the collective it belongs to (sequence number and [`Fingerprint`]) and its
+//! position in that collective's stream on this channel (`tag`). The receiver
+//! compares the header with what it expects *before* touching the payload, so
+//! a peer in a different call is caught at once, as a [`Mismatch`], rather
+//! than read as data. Layout (little endian):
+//!
+//! ```text
+//!  0  magic   u16  0x4c52 ("RL")
+//!  2  version u8   FRAME_VERSION
+//!  3  kind    u8   0 = data, 1 = goodbye (the peer left cleanly)
+//!  4  tag     u32  frame index on this channel within the collective
+//!  8  seq     u64  collective sequence number (per pair for send/recv)
+//! 16  fp      16   Fingerprint::encode
+//! 32  len     u64  payload bytes that follow
+//! ```
+
+use ringleader_core::Fingerprint;
+
+/// Size of an encoded [`FrameHeader`].
+pub const HEADER_LEN: usize = 40;
+/// Frame format version; peers with another version are refused at connect.
+pub const FRAME_VERSION: u8 = 1;
+const MAGIC: u16 = 0x4c52;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// Payload of a collective.
+    Data,
+    /// The peer destroyed its communicator; no more frames follow.
+    Goodbye,
+}
+
+/// One frame header.
+///
+/// ```
+/// use ringleader_core::{DType, Fingerprint, OpKind};
+/// use ringleader_transport::frame::{FrameHeader, HEADER_LEN};
+/// let fp = Fingerprint::new(OpKind::AllGather, DType::I32, 3);
+/// let h = FrameHeader::data(7, fp, 2, 12);
+/// let bytes = h.encode();
+/// assert_eq!(bytes.len(), HEADER_LEN);
+/// assert_eq!(FrameHeader::decode(&bytes).unwrap(), h);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Data or goodbye.
+    pub kind: FrameKind,
+    /// Frame index on this channel within the collective.
+    pub tag: u32,
+    /// Collective sequence number.
+    pub seq: u64,
+    /// The sender's call.
+    pub fingerprint: Fingerprint,
+    /// Payload length in bytes.
+    pub len: u64,
+}
+
+/// Why a header could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The first bytes are not our magic: not a ringleader peer, or a corrupt stream.
+    #[error("bad magic {0:#06x} (not a ringleader data stream)")]
+    BadMagic(u16),
+    /// A different frame version.
+    #[error("frame version {0}, this build speaks {FRAME_VERSION}")]
+    Version(u8),
+    /// Unknown kind, op, dtype or reduce op code.
+    #[error("malformed header: {0}")]
+    Malformed(&'static str),
+}
+
+impl FrameHeader {
+    /// A data frame header.
+    pub fn data(seq: u64, fingerprint: Fingerprint, tag: u32, len: u64) -> FrameHeader {
+        FrameHeader {
+            kind: FrameKind::Data,
+            tag,
+            seq,
+            fingerprint,
+            len,
+        }
+    }
+
+    /// The header of a goodbye frame (sent when a communicator is destroyed).
+    pub fn goodbye(seq: u64, fingerprint: Fingerprint) -> FrameHeader {
+        FrameHeader {
+            kind: FrameKind::Goodbye,
+            tag: 0,
+            seq,
+            fingerprint,
+            len: 0,
+        }
+    }
+
+    /// Encodes to the fixed layout in the module docs.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = FRAME_VERSION;
+        b[3] = match self.kind {
+            FrameKind::Data => 0,
+            FrameKind::Goodbye => 1,
+        };
+        b[4..8].copy_from_slice(&self.tag.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..32].copy_from_slice(&self.fingerprint.encode());
+        b[32..40].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Decodes a header; never panics, whatever the bytes.
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<FrameHeader, DecodeError> {
+        let magic = u16::from_le_bytes([b[0], b[1]]);
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        if b[2] != FRAME_VERSION {
+            return Err(DecodeError::Version(b[2]));
+        }
+        let kind = match b[3] {
+            0 => FrameKind::Data,
+            1 => FrameKind::Goodbye,
+            _ => return Err(DecodeError::Malformed("unknown frame kind")),
+        };
+        let fingerprint = Fingerprint::decode(&b[16..32])
+            .ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
+        Ok(FrameHeader {
+            kind,
+            tag: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            seq: u64::from_le_bytes(b[8..16].try_into().unwrap_or_default()),
+            fingerprint,
+            len: u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()),
+        })
+    }
+}
+
+/// What a receiver expects the next frame on a channel to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// Our sequence number for the collective.
+    pub seq: u64,
+    /// Our call.
+    pub fingerprint: Fingerprint,
+    /// Frame index on this channel.
+    pub tag: u32,
+    /// Payload bytes we have room for.
+    pub len: u64,
+}
+
+/// How a received header differs from what was expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The frame is the one expected.
+    Ok,
+    /// The peer says goodbye: it destroyed its communicator.
+    Goodbye {
+        /// The last collective the peer had started.
+        seq: u64,
+    },
+    /// The peer is in another collective, or the same one with other arguments.
+    Mismatch {
+        /// The peer's sequence number.
+        seq: u64,
+        /// The peer's call.
+        fingerprint: Fingerprint,
+    },
+    /// Same call, but the frame's position or size disagrees: the ranks
+    /// computed different schedules (a ringleader bug or a version skew).
+    Schedule {
+        /// The tag received.
+        tag: u32,
+        /// The length received.
+        len: u64,
+    },
+}
+
+/// Compares a received header with the expectation. With `checks` off, only
+/// what keeps the stream intact (tag and length) is compared.
+///
+/// ```
+/// use ringleader_core::{DType, Fingerprint, OpKind};
+/// use ringleader_transport::frame::{check, Expect, FrameHeader, Verdict};
+/// let ours = Fingerprint::new(OpKind::AllReduce, DType::F32, 1);
+/// let theirs = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+/// let want = Expect { seq: 2, fingerprint: ours, tag: 0, len: 4 };
+/// assert_eq!(check(&FrameHeader::data(2, ours, 0, 4), &want, true), Verdict::Ok);
+/// assert!(matches!(check(&FrameHeader::data(2, theirs, 0, 8), &want, true), Verdict::Mismatch { .. }));
+/// ```
+pub fn check(h: &FrameHeader, want: &Expect, checks: bool) -> Verdict {
+    if h.kind == FrameKind::Goodbye {
+        return Verdict::Goodbye { seq: h.seq };
+    }
+    if checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
+        return Verdict::Mismatch {
+            seq: h.seq,
+            fingerprint: h.fingerprint,
+        };
+    }
+    if h.tag != want.tag || h.len != want.len {
+        // Without checks a different call shows up here; report what we know.
+        if !checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
+            return Verdict::Mismatch {
+                seq: h.seq,
+                fingerprint: h.fingerprint,
+            };
+        }
+        return Verdict::Schedule {
+            tag: h.tag,
+            len: h.len,
+        };
+    }
+    Verdict::Ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringleader_core::{DType, OpKind, ReduceOp};
+
+    fn fp(n: u64) -> Fingerprint {
+        Fingerprint::new(OpKind::AllReduce, DType::F32, n).with_reduce_op(ReduceOp::Sum)
+    }
+
+    #[test]
+    fn goodbye_round_trips() {
+        let h = FrameHeader::goodbye(9, fp(1));
+        assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
+        let want = Expect {
+            seq: 10,
+            fingerprint: fp(1),
+            tag: 0,
+            len: 4,
+        };
+        assert_eq!(check(&h, &want, true), Verdict::Goodbye { seq: 9 });
+    }
+
+    #[test]
+    fn bad_headers_are_errors() {
+        let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
+        b[0] = 0;
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(DecodeError::BadMagic(_))
+        ));
+        let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
+        b[2] = 99;
+        assert_eq!(FrameHeader::decode(&b), Err(DecodeError::Version(99)));
+        let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
+        b[16] = 200;
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn seq_and_schedule_disagreements() {
+        let want = Expect {
+            seq: 5,
+            fingerprint: fp(4),
+            tag: 1,
+            len: 16,
+        };
+        assert!(matches!(
+            check(&FrameHeader::data(6, fp(4), 1, 16), &want, true),
+            Verdict::Mismatch { seq: 6, .. }
+        ));
+        assert_eq!(
+            check(&FrameHeader::data(5, fp(4), 2, 16), &want, true),
+            Verdict::Schedule { tag: 2, len: 16 }
+        );
+        // Checks off: a different count still cannot corrupt the stream.
+        assert!(matches!(
+            check(&FrameHeader::data(5, fp(8), 1, 32), &want, false),
+            Verdict::Mismatch { .. }
+        ));
+        assert_eq!(
+            check(&FrameHeader::data(5, fp(8), 1, 16), &want, false),
+            Verdict::Ok
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::array::uniform32(proptest::num::u8::ANY), tail in proptest::array::uniform8(proptest::num::u8::ANY)) {
+            let mut b = [0u8; HEADER_LEN];
+            b[..32].copy_from_slice(&bytes);
+            b[32..].copy_from_slice(&tail);
+            let _ = FrameHeader::decode(&b);
+            b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+            b[2] = FRAME_VERSION;
+            let _ = FrameHeader::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,754 @@
+//! TCP: choosing the address to listen on, building the full mesh of
+//! connections at init, and the nonblocking socket behind [`Link::Tcp`].
+//!
+//! Every rank listens before it registers at the store, so by the time a
+//! peer learns our address the listener exists: a refused connection then
+//! means a wrong address or a firewall, never a race. Lower ranks accept,
+//! higher ranks connect, all pairs at once on one thread, so a blocked port
+//! costs one connect timeout, not one per peer.
+
+use crate::hello::{Hello, Reply};
+use crate::link::{Link, ReadOutcome};
+use ringleader_core::{config::join_host_port, AbortSignal, Error, Rank, Result};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::net::{RecvFlags, SendFlags};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// Socket buffer size asked for on data connections. Loopback and LAN
+/// throughput need a few MiB in flight.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// A nonblocking TCP connection to one peer.
+#[derive(Debug)]
+pub struct TcpLink {
+    stream: TcpStream,
+    peer: Rank,
+}
+
+impl TcpLink {
+    fn new(stream: TcpStream, peer: Rank) -> io::Result<TcpLink> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(TcpLink { stream, peer })
+    }
+
+    /// The peer's rank.
+    pub fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    /// Writes without blocking. `MSG_NOSIGNAL`: a peer that died must be an
+    /// error here, not a SIGPIPE that kills the process.
+    #[inline]
+    pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let r = if bufs.len() == 1 {
+            rustix::net::send(
+                &self.stream,
+                &bufs[0],
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            )
+        } else {
+            rustix::net::sendmsg(
+                &self.stream,
+                bufs,
+                &mut Default::default(),
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            )
+        };
+        match r {
+            Ok(n) => Ok(n),
+            Err(rustix::io::Errno::AGAIN) => Ok(0),
+            Err(rustix::io::Errno::INTR) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Reads without blocking.
+    #[inline]
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome> {
+        if buf.is_empty() {
+            return Ok(ReadOutcome::WouldBlock);
+        }
+        match rustix::net::recv(&self.stream, buf, RecvFlags::DONTWAIT) {
+            Ok((_, 0)) => Ok(ReadOutcome::Closed),
+            Ok((_, n)) => Ok(ReadOutcome::Data(n)),
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {
+                Ok(ReadOutcome::WouldBlock)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The socket's descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+/// Where and how to listen for data connections.
+#[derive(Debug, Clone, Default)]
+pub struct ListenOptions {
+    /// Interface name or prefix (`RINGLEADER_IFNAME`).
+    pub ifname: Option<String>,
+    /// Inclusive port range (`RINGLEADER_PORT_RANGE`); any free port when `None`.
+    pub port_range: Option<(u16, u16)>,
+    /// `host:port` of the store; without an interface name we listen on the
+    /// address the kernel would use to reach it.
+    pub store_endpoint: String,
+}
+
+/// A bound listener and the address peers should dial.
+#[derive(Debug)]
+pub struct DataListener {
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+impl DataListener {
+    /// Binds per `opts`.
+    ///
+    /// ```
+    /// use ringleader_transport::tcp::{DataListener, ListenOptions};
+    /// let l = DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
+    /// assert!(l.addr().ip().is_loopback());
+    /// ```
+    pub fn bind(opts: &ListenOptions) -> Result<DataListener> {
+        let ip = choose_ip(opts)?;
+        let (lo, hi) = opts.port_range.unwrap_or((0, 0));
+        let mut last = None;
+        for port in lo..=hi {
+            match listen_on(SocketAddr::new(ip, port)) {
+                Ok(listener) => {
+                    let addr = listener.local_addr().map_err(|e| {
+                        Error::invalid("RINGLEADER_IFNAME", format!("listener on {ip}: {e}"))
+                    })?;
+                    return Ok(DataListener { listener, addr });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                Err(e) => {
+                    return Err(Error::invalid(
+                        "RINGLEADER_IFNAME",
+                        format!("cannot listen on {}: {e}", SocketAddr::new(ip, port)),
+                    ))
+                }
+            }
+        }
+        let range = format!("{lo}-{hi}");
+        Err(Error::PortInUse {
+            addr: join_host_port(&ip.to_string(), lo)
+                + &format!(
+                    " (every port of RINGLEADER_PORT_RANGE {range}: {})",
+                    last.map(|e| e.to_string()).unwrap_or_default()
+                ),
+            holder: None,
+        })
+    }
+
+    /// The address peers dial.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    // Buffers must be sized before listen() for accepted sockets to inherit
+    // them with window scaling.
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+/// The local IP to listen on: by interface name, else the source address the
+/// kernel picks toward the store.
+fn choose_ip(opts: &ListenOptions) -> Result<IpAddr> {
+    if let Some(name) = &opts.ifname {
+        return ip_of_interface(name);
+    }
+    let target = opts
+        .store_endpoint
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(|a| a.is_ipv4()));
+    if let Some(target) = target {
+        if target.ip().is_loopback() {
+            return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        }
+        // connect() on UDP sends nothing; it only asks the routing table.
+        if let Ok(u) = UdpSocket::bind("0.0.0.0:0") {
+            if u.connect(target).is_ok() {
+                if let Ok(local) = u.local_addr() {
+                    return Ok(local.ip());
+                }
+            }
+        }
+    }
+    Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// The IPv4 address of the interface named `name`, or of the first whose
+/// name starts with it (as NCCL_SOCKET_IFNAME does).
+///
+/// ```
+/// let ip = ringleader_transport::tcp::ip_of_interface("lo").unwrap();
+/// assert!(ip.is_loopback());
+/// ```
+pub fn ip_of_interface(name: &str) -> Result<IpAddr> {
+    let ifs = if_addrs::get_if_addrs()
+        .map_err(|e| Error::invalid("RINGLEADER_IFNAME", format!("cannot list interfaces: {e}")))?;
+    let pick = |exact: bool| {
+        ifs.iter()
+            .filter(|i| i.ip().is_ipv4())
+            .find(|i| {
+                if exact {
+                    i.name == name
+                } else {
+                    i.name.starts_with(name)
+                }
+            })
+            .map(|i| i.ip())
+    };
+    pick(true).or_else(|| pick(false)).ok_or_else(|| {
+        let mut names: Vec<_> = ifs
+            .iter()
+            .filter(|i| i.ip().is_ipv4())
+            .map(|i| format!("{} ({})", i.name, i.ip()))
+            .collect();
+        names.dedup();
+        Error::invalid(
+            "RINGLEADER_IFNAME",
+            format!(
+                "no IPv4 interface named {name:?} or starting with it; this host has {}",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+/// Who we are and whom we trust, for building the mesh.
+#[derive(Debug, Clone)]
+pub struct MeshOptions {
+    /// This rank.
+    pub rank: Rank,
+    /// The world size.
+    pub world: usize,
+    /// Streams per pair of ranks.
+    pub streams: usize,
+    /// The job's run id.
+    pub run_id: String,
+    /// The job's shared secret.
+    pub token: Option<String>,
+    /// Give up connecting after this long.
+    pub timeout: Duration,
+}
+
+/// Connections to every peer: `links[peer][stream]` (empty for ourselves).
+#[derive(Debug)]
+pub struct Mesh {
+    /// Indexed by peer rank, then stream.
+    pub links: Vec<Vec<Link>>,
+}
+
+enum Pending {
+    /// Outbound: connect in progress, then hello out, then reply in.
+    Out {
+        peer: Rank,
+        stream: u16,
+        sock: Socket,
+        addr: SocketAddr,
+        hello: Vec<u8>,
+        sent: usize,
+        connected: bool,
+    },
+    /// Inbound: accepted, hello being read.
+    In { sock: TcpStream, buf: Vec<u8> },
+}
+
+impl Mesh {
+    /// Builds the full mesh: connects to every lower rank at `addrs[peer]`
+    /// and accepts every higher rank on `listener`, all pairs concurrently.
+    ///
+    /// Errors name both ranks and the address: a connection that cannot be
+    /// made is `data-port-unreachable`, a peer of another run `foreign-run`,
+    /// a peer without the token `auth-failed`.
+    pub fn establish(
+        listener: DataListener,
+        addrs: &[String],
+        opts: &MeshOptions,
+        abort: &AbortSignal,
+    ) -> Result<Mesh> {
+        MeshBuilder::new(listener, addrs, opts)?.run(abort)
+    }
+}
+
+struct MeshBuilder<'a> {
+    listener: DataListener,
+    opts: &'a MeshOptions,
+    pending: Vec<Pending>,
+    links: Vec<Vec<Option<Link>>>,
+    start: Instant,
+    /// Refused connects to retry: (peer, stream, address, when).
+    refused: Vec<(Rank, u16, SocketAddr, Instant)>,
+}
+
+impl<'a> MeshBuilder<'a> {
+    fn new(
+        listener: DataListener,
+        addrs: &[String],
+        opts: &'a MeshOptions,
+    ) -> Result<MeshBuilder<'a>> {
+        listener
+            .listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::invalid("data listener", e.to_string()))?;
+        let mut b = MeshBuilder {
+            listener,
+            opts,
+            pending: Vec::new(),
+            links: (0..opts.world)
+                .map(|_| (0..opts.streams).map(|_| None).collect())
+                .collect(),
+            start: Instant::now(),
+            refused: Vec::new(),
+        };
+        for peer in 0..opts.rank {
+            let addr = resolve(&addrs[peer]).map_err(|detail| Error::DataPortUnreachable {
+                src: opts.rank,
+                dst: peer,
+                addr: addrs[peer].clone(),
+                detail,
+            })?;
+            for stream in 0..opts.streams {
+                b.start_connect(peer, stream as u16, addr)?;
+            }
+        }
+        Ok(b)
+    }
+
+    fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) -> Result<()> {
+        let o = self.opts;
+        let unreachable = |detail: String| Error::DataPortUnreachable {
+            src: o.rank,
+            dst: peer,
+            addr: addr.to_string(),
+            detail,
+        };
+        let sock = Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM.cloexec(),
+            Some(Protocol::TCP),
+        )
+        .map_err(|e| unreachable(e.to_string()))?;
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        sock.set_nonblocking(true)
+            .map_err(|e| unreachable(e.to_string()))?;
+        let connected = match sock.connect(&addr.into()) {
+            Ok(()) => true,
+            Err(e)
+                if e.raw_os_error() == Some(libc_einprogress())
+                    || e.kind() == io::ErrorKind::WouldBlock =>
+            {
+                false
+            }
+            Err(e) => return Err(unreachable(e.to_string())),
+        };
+        let hello = Hello::new(
+            &o.run_id,
+            o.rank as u32,
+            peer as u32,
+            stream,
+            o.world as u32,
+            o.token.as_deref(),
+        )
+        .encode();
+        self.pending.push(Pending::Out {
+            peer,
+            stream,
+            sock,
+            addr,
+            hello,
+            sent: 0,
+            connected,
+        });
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.links
+            .iter()
+            .enumerate()
+            .all(|(p, s)| p == self.opts.rank || s.iter().all(|l| l.is_some()))
+    }
+
+    fn run(mut self, abort: &AbortSignal) -> Result<Mesh> {
+        let deadline = self.start + self.opts.timeout;
+        while !self.done() {
+            abort.check()?;
+            self.retry_refused()?;
+            self.accept_all()?;
+            let mut progressed = false;
+            let pending = std::mem::take(&mut self.pending);
+            for p in pending {
+                if let Some(p) = self.advance(p, &mut progressed)? {
+                    self.pending.push(p);
+                }
+            }
+            if self.done() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.timeout_error());
+            }
+            if !progressed {
+                self.wait(abort, deadline.min(now + Duration::from_millis(50)))?;
+            }
+        }
+        let links = self
+            .links
+            .into_iter()
+            .map(|s| s.into_iter().flatten().collect())
+            .collect();
+        Ok(Mesh { links })
+    }
+
+    fn wait(&self, abort: &AbortSignal, until: Instant) -> Result<()> {
+        let mut fds: Vec<PollFd<'_>> = vec![
+            PollFd::from_borrowed_fd(abort.fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(self.listener.listener.as_fd(), PollFlags::IN),
+        ];
+        for p in &self.pending {
+            match p {
+                Pending::Out {
+                    sock,
+                    sent,
+                    hello,
+                    connected,
+                    ..
+                } => {
+                    let want = if !connected || sent < &hello.len() {
+                        PollFlags::OUT
+                    } else {
+                        PollFlags::IN
+                    };
+                    fds.push(PollFd::from_borrowed_fd(sock.as_fd(), want));
+                }
+                Pending::In { sock, .. } => {
+                    fds.push(PollFd::from_borrowed_fd(sock.as_fd(), PollFlags::IN))
+                }
+            }
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let ts = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let _ = poll(&mut fds, Some(&ts));
+        Ok(())
+    }
+
+    fn accept_all(&mut self) -> Result<()> {
+        loop {
+            match self.listener.listener.accept() {
+                Ok((sock, _)) => {
+                    let _ = sock.set_nonblocking(true);
+                    self.pending.push(Pending::In {
+                        sock,
+                        buf: Vec::new(),
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Transient accept errors (EMFILE, ECONNABORTED): try again on the next round.
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    fn retry_refused(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refused)
+            .into_iter()
+            .partition(|r| r.3 <= now);
+        self.refused = later;
+        for (peer, stream, addr, _) in due {
+            self.start_connect(peer, stream, addr)?;
+        }
+        Ok(())
+    }
+
+    /// Moves one pending connection forward; returns it if still pending.
+    fn advance(&mut self, p: Pending, progressed: &mut bool) -> Result<Option<Pending>> {
+        match p {
+            Pending::Out {
+                peer,
+                stream,
+                sock,
+                addr,
+                hello,
+                mut sent,
+                mut connected,
+            } => {
+                let o = self.opts;
+                let unreachable = |detail: String| Error::DataPortUnreachable {
+                    src: o.rank,
+                    dst: peer,
+                    addr: addr.to_string(),
+                    detail,
+                };
+                if !connected {
+                    match sock.take_error() {
+                        Ok(Some(e))
+                            if e.kind() == io::ErrorKind::ConnectionRefused
+                                && Instant::now() < self.start + o.timeout =>
+                        {
+                            // The peer listens before it registers, so a refusal
+                            // is not a startup race; it is retried until the
+                            // timeout anyway, in case a SYN met a full backlog.
+                            self.refused.push((
+                                peer,
+                                stream,
+                                addr,
+                                Instant::now() + Duration::from_millis(50),
+                            ));
+                            return Ok(None);
+                        }
+                        Ok(Some(e)) => return Err(unreachable(e.to_string())),
+                        Err(e) => return Err(unreachable(e.to_string())),
+                        Ok(None) => {}
+                    }
+                    match sock.peer_addr() {
+                        Ok(_) => {
+                            connected = true;
+                            *progressed = true;
+                        }
+                        Err(_) => {
+                            return Ok(Some(Pending::Out {
+                                peer,
+                                stream,
+                                sock,
+                                addr,
+                                hello,
+                                sent,
+                                connected,
+                            }));
+                        }
+                    }
+                }
+                if sent < hello.len() {
+                    match rustix::net::send(
+                        &sock,
+                        &hello[sent..],
+                        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                    ) {
+                        Ok(n) => {
+                            sent += n;
+                            *progressed = true;
+                        }
+                        Err(rustix::io::Errno::AGAIN) => {}
+                        Err(e) => return Err(unreachable(format!("sending the handshake: {e}"))),
+                    }
+                    return Ok(Some(Pending::Out {
+                        peer,
+                        stream,
+                        sock,
+                        addr,
+                        hello,
+                        sent,
+                        connected,
+                    }));
+                }
+                let mut reply = [0u8; 1];
+                match rustix::net::recv(&sock, &mut reply, RecvFlags::DONTWAIT) {
+                    Ok((_, 1)) => {
+                        *progressed = true;
+                        self.finish_out(peer, stream, sock, addr, Reply::from_code(reply[0]))?;
+                        Ok(None)
+                    }
+                    Ok(_) => Err(unreachable(
+                        "the peer closed the connection during the handshake".into(),
+                    )),
+                    Err(rustix::io::Errno::AGAIN) => Ok(Some(Pending::Out {
+                        peer,
+                        stream,
+                        sock,
+                        addr,
+                        hello,
+                        sent,
+                        connected,
+                    })),
+                    Err(e) => Err(unreachable(format!("waiting for the handshake reply: {e}"))),
+                }
+            }
+            Pending::In { sock, mut buf } => {
+                let mut chunk = [0u8; 512];
+                match rustix::net::recv(&sock, &mut chunk, RecvFlags::DONTWAIT) {
+                    Ok((_, 0)) => {
+                        *progressed = true;
+                        Ok(None)
+                    }
+                    Ok((_, n)) => {
+                        *progressed = true;
+                        buf.extend_from_slice(&chunk[..n]);
+                        self.judge_in(sock, buf)
+                    }
+                    Err(rustix::io::Errno::AGAIN) => Ok(Some(Pending::In { sock, buf })),
+                    Err(_) => Ok(None),
+                }
+            }
+        }
+    }
+
+    fn finish_out(
+        &mut self,
+        peer: Rank,
+        stream: u16,
+        sock: Socket,
+        addr: SocketAddr,
+        reply: Reply,
+    ) -> Result<()> {
+        let o = self.opts;
+        let addr_s = addr.to_string();
+        match reply {
+            Reply::Ok => {
+                let link =
+                    TcpLink::new(sock.into(), peer).map_err(|e| Error::DataPortUnreachable {
+                        src: o.rank,
+                        dst: peer,
+                        addr: addr_s,
+                        detail: e.to_string(),
+                    })?;
+                self.links[peer][stream as usize] = Some(Link::Tcp(link));
+                Ok(())
+            }
+            Reply::ForeignRun => Err(Error::ForeignRun {
+                addr: format!("rank {peer} at {addr_s}"),
+                ours: o.run_id.clone(),
+                theirs: "another run".into(),
+            }),
+            Reply::AuthFailed => Err(Error::AuthFailed {
+                addr: format!("rank {peer} at {addr_s}"),
+                detail: "the peer refused our token".into(),
+            }),
+            Reply::Version => Err(Error::VersionMismatch {
+                detail: format!("rank {peer} at {addr_s} speaks another data-frame version"),
+                versions: vec![],
+            }),
+            Reply::WrongPeer => Err(Error::DataPortUnreachable {
+                src: o.rank,
+                dst: peer,
+                addr: addr_s,
+                detail: "a process that is not that rank (or has another world size) answered"
+                    .into(),
+            }),
+        }
+    }
+
+    fn judge_in(&mut self, sock: TcpStream, buf: Vec<u8>) -> Result<Option<Pending>> {
+        let o = self.opts;
+        let hello = match Hello::decode(&buf) {
+            Ok(None) => return Ok(Some(Pending::In { sock, buf })),
+            Ok(Some((h, _))) => h,
+            // Not one of ours (a port scanner, a stale client): drop it.
+            Err(_) => return Ok(None),
+        };
+        let reply = hello.judge(o.rank as u32, o.world as u32, &o.run_id, o.token.as_deref());
+        let _ = rustix::net::send(&sock, &[reply.code()], SendFlags::NOSIGNAL);
+        let (src, stream) = (hello.src as usize, hello.stream as usize);
+        match reply {
+            Reply::Ok
+                if src > o.rank && stream < o.streams && self.links[src][stream].is_none() =>
+            {
+                let link = TcpLink::new(sock, src).map_err(|e| Error::DataPortUnreachable {
+                    src,
+                    dst: o.rank,
+                    addr: self.listener.addr.to_string(),
+                    detail: e.to_string(),
+                })?;
+                self.links[src][stream] = Some(Link::Tcp(link));
+                Ok(None)
+            }
+            Reply::ForeignRun => Err(Error::ForeignRun {
+                addr: format!("{} (a connection claiming rank {src})", self.listener.addr),
+                ours: o.run_id.clone(),
+                theirs: hello.run_id,
+            }),
+            Reply::AuthFailed => Err(Error::AuthFailed {
+                addr: format!("{} (a connection claiming rank {src})", self.listener.addr),
+                detail: "the connecting process does not know the job's token".into(),
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    fn timeout_error(&self) -> Error {
+        let o = self.opts;
+        if let Some((peer, _, addr, _)) = self.refused.first() {
+            return Error::DataPortUnreachable {
+                src: o.rank,
+                dst: *peer,
+                addr: addr.to_string(),
+                detail: "connection refused (nothing listens there: wrong address, or a firewall rejects it)".into(),
+            };
+        }
+        for p in &self.pending {
+            if let Pending::Out {
+                peer,
+                addr,
+                connected,
+                ..
+            } = p
+            {
+                let detail = if *connected {
+                    "connected, but the handshake got no answer".to_string()
+                } else {
+                    format!(
+                        "no answer to connect within {:.1} s (packets dropped?)",
+                        o.timeout.as_secs_f64()
+                    )
+                };
+                return Error::DataPortUnreachable {
+                    src: o.rank,
+                    dst: *peer,
+                    addr: addr.to_string(),
+                    detail,
+                };
+            }
+        }
+        let missing = (o.rank + 1..o.world)
+            .find(|p| self.links[*p].iter().any(|l| l.is_none()))
+            .unwrap_or(o.rank);
+        Error::DataPortUnreachable {
+            src: missing,
+            dst: o.rank,
+            addr: self.listener.addr.to_string(),
+            detail: format!(
+                "no connection from rank {missing} arrived within {:.1} s",
+                o.timeout.as_secs_f64()
+            ),
+        }
+    }
+}
+
+fn libc_einprogress() -> i32 {
+    rustix::io::Errno::INPROGRESS.raw_os_error()
+}
+
+fn resolve(addr: &str) -> std::result::Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve: {e}"))?
+        .next()
+        .ok_or_else(|| "resolves to no address".to_string())
+}
