@@ -52,6 +52,7 @@ mod auth;
 pub mod client;
 mod codec;
 pub mod job;
+pub mod keys;
 pub mod server;
 mod state;
 

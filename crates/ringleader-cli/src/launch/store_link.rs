@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// The key under which the ending of `rank` is recorded.
 pub(crate) fn exit_key(rank: usize) -> String {
-    format!("rl/exit/{rank}")
+    ringleader_store::keys::exit(rank)
 }
 
 /// Hosts ringleader's store in this process on `addr` (`host:port`, port 0
