@@ -1,1 +1,44 @@
-//! ringleader
+//! ringleader: collective communication whose hangs explain themselves.
+//!
+//! A [`Communicator`] joins a job (rendezvous through a TCP store), connects
+//! to every peer, and runs all_reduce, all_gather, reduce_scatter,
+//! broadcast, reduce, all_to_all, barrier and send/recv over them. Every
+//! collective is numbered and fingerprinted, so ranks that disagree fail at
+//! once with `mismatch`; a flight recorder keeps the last operations; a
+//! monitor thread heartbeats, watches the running operation and hears about
+//! dead or departed ranks; and every failure ends in one verdict, the same on
+//! every rank, naming the culprit ranks, the collective and the cause.
+//!
+//! ```no_run
+//! use ringleader::{Communicator, ReduceOp};
+//! # fn main() -> ringleader::Result<()> {
+//! let comm = Communicator::from_env()?;
+//! let mut x = vec![1.0f32; 4];
+//! comm.all_reduce(&mut x, ReduceOp::Sum)?;
+//! assert_eq!(x[0], comm.world_size() as f32);
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: [`algo`](crate) builds each collective's schedule as a plan (pure,
+//! simulated in tests); the engine runs plans in submission order through
+//! the transport's driver; the monitor, failure and monitored-barrier
+//! modules turn trouble into verdicts.
+
+mod algo;
+mod comm;
+mod engine;
+mod failure;
+mod log;
+mod monitor;
+mod monitored;
+mod rendezvous;
+mod work;
+
+pub use comm::Communicator;
+pub use half::{bf16, f16};
+pub use ringleader_core::{
+    Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result,
+    TransportKind,
+};
+pub use ringleader_diag::{Entry, State};
+pub use work::Work;

@@ -198,6 +198,13 @@ fn label(facts: &[Facts<'_>], seq: u64) -> (Option<OpKind>, String) {
     )
 }
 
+/// One line per rank saying where it is (what it runs, since when, what it
+/// last completed, whether it is alive), as in a verdict's details.
+pub fn positions(ev: &Evidence) -> Vec<String> {
+    let facts = Facts::gather(ev);
+    facts.iter().map(|f| f.position(&facts)).collect()
+}
+
 /// Computes the verdict.
 ///
 /// ```

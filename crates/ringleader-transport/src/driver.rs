@@ -256,7 +256,10 @@ impl Driver {
         for &c in &self.active {
             self.chans[c].active = false;
         }
-        awaited.store(0, Ordering::Relaxed);
+        // On failure the awaited peers stay published: they are evidence.
+        if result.is_ok() {
+            awaited.store(0, Ordering::Relaxed);
+        }
         result
     }
 

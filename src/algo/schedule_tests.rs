@@ -1,0 +1,259 @@
+//! Every schedule against a naive reduction, in the simulator: world sizes
+//! 1 to 9, counts that do not divide evenly, both algorithm families, one
+//! and several streams, several random interleavings.
+
+use super::sim::{run, SimRank};
+use super::*;
+use ringleader_core::reduce::finish_avg;
+use ringleader_core::DType;
+use ringleader_transport::Plan;
+
+const COUNTS: [usize; 5] = [1, 3, 7, 1000, 40_003];
+
+fn input(rank: usize, len: usize) -> Vec<i64> {
+    (0..len)
+        .map(|i| (rank as i64 + 1) * 1_000_003 + i as i64 * 7 - 50)
+        .collect()
+}
+
+fn bytes(v: &[i64]) -> Vec<u8> {
+    bytemuck::cast_slice(v).to_vec()
+}
+
+fn ints(b: &[u8]) -> Vec<i64> {
+    b.chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Runs `coll(rank)` on every rank; returns each rank's (IO, OUT).
+fn simulate(
+    n: usize,
+    streams: usize,
+    forced: Option<&str>,
+    seed: u64,
+    io_len: usize,
+    out_len: usize,
+    op: ReduceOp,
+    coll: impl Fn(usize) -> Coll,
+) -> Vec<(Vec<i64>, Vec<i64>)> {
+    let mut ranks = Vec::new();
+    let mut preps = Vec::new();
+    for r in 0..n {
+        let sh = Shape {
+            rank: r,
+            n,
+            streams,
+            esz: 8,
+        };
+        let mut plan = Plan::default();
+        let prep = schedule(coll(r), sh, forced, &mut plan);
+        let mut bufs = vec![
+            bytes(&input(r, io_len)),
+            vec![0u8; out_len * 8],
+            vec![0u8; prep.scratch_bytes],
+        ];
+        if let Some((from, to)) = prep.copy {
+            let src = bufs[from.buf as usize][from.off..from.off + from.len].to_vec();
+            bufs[to.buf as usize][to.off..to.off + to.len].copy_from_slice(&src);
+        }
+        ranks.push(SimRank { plan, bufs });
+        preps.push(prep);
+    }
+    run(&mut ranks, DType::I64, op, seed);
+    ranks
+        .into_iter()
+        .zip(preps)
+        .map(|(mut r, prep)| {
+            if let Some(a) = prep.avg {
+                finish_avg(
+                    DType::I64,
+                    &mut r.bufs[a.buf as usize][a.off..a.off + a.len],
+                    n,
+                );
+            }
+            (ints(&r.bufs[0]), ints(&r.bufs[1]))
+        })
+        .collect()
+}
+
+fn naive(n: usize, len: usize, op: ReduceOp) -> Vec<i64> {
+    let inputs: Vec<Vec<i64>> = (0..n).map(|r| input(r, len)).collect();
+    (0..len)
+        .map(|i| {
+            let vals = inputs.iter().map(|v| v[i]);
+            match op {
+                ReduceOp::Sum => vals.fold(0i64, |a, b| a.wrapping_add(b)),
+                ReduceOp::Avg => vals.fold(0i64, |a, b| a.wrapping_add(b)) / n as i64,
+                ReduceOp::Prod => vals.fold(1i64, |a, b| a.wrapping_mul(b)),
+                ReduceOp::Min => vals.min().unwrap(),
+                ReduceOp::Max => vals.max().unwrap(),
+            }
+        })
+        .collect()
+}
+
+fn variants() -> Vec<(usize, Option<&'static str>, u64)> {
+    vec![
+        (1, Some("small"), 1),
+        (1, Some("large"), 2),
+        (3, Some("large"), 3),
+        (2, None, 4),
+    ]
+}
+
+#[test]
+fn all_reduce_matches_naive() {
+    for n in 1..=9 {
+        for count in COUNTS {
+            for (streams, forced, seed) in variants() {
+                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
+                    let got = simulate(n, streams, forced, seed, count, 0, op, |_| {
+                        Coll::AllReduce { count, op }
+                    });
+                    let want = naive(n, count, op);
+                    for (r, (io, _)) in got.iter().enumerate() {
+                        assert_eq!(
+                            io, &want,
+                            "n={n} count={count} {forced:?} streams={streams} {op:?} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_matches_naive() {
+    for n in 1..=9 {
+        for per in COUNTS {
+            for (streams, _, seed) in variants() {
+                let got = simulate(n, streams, None, seed, per * n, per, ReduceOp::Sum, |_| {
+                    Coll::ReduceScatter {
+                        per_rank: per,
+                        op: ReduceOp::Sum,
+                    }
+                });
+                let want = naive(n, per * n, ReduceOp::Sum);
+                for (r, (io, out)) in got.iter().enumerate() {
+                    assert_eq!(
+                        out[..],
+                        want[r * per..(r + 1) * per],
+                        "n={n} per={per} rank {r}"
+                    );
+                    assert_eq!(io, &input(r, per * n), "input changed");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_gather_matches_naive() {
+    for n in 1..=9 {
+        for per in COUNTS {
+            for (streams, _, seed) in variants() {
+                let got = simulate(n, streams, None, seed, per, per * n, ReduceOp::Sum, |_| {
+                    Coll::AllGather { per_rank: per }
+                });
+                let want: Vec<i64> = (0..n).flat_map(|r| input(r, per)).collect();
+                for (r, (_, out)) in got.iter().enumerate() {
+                    assert_eq!(out, &want, "n={n} per={per} rank {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn broadcast_and_reduce_match_naive() {
+    for n in 1..=9 {
+        for count in COUNTS {
+            for (streams, forced, seed) in variants() {
+                for root in [0, n / 2, n - 1] {
+                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| {
+                        Coll::Broadcast { count, root }
+                    });
+                    for (r, (io, _)) in got.iter().enumerate() {
+                        assert_eq!(
+                            io,
+                            &input(root, count),
+                            "bcast n={n} count={count} root={root} {forced:?} rank {r}"
+                        );
+                    }
+                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| {
+                        Coll::Reduce {
+                            count,
+                            root,
+                            op: ReduceOp::Sum,
+                        }
+                    });
+                    for (r, (io, _)) in got.iter().enumerate() {
+                        let want = if r == root {
+                            naive(n, count, ReduceOp::Sum)
+                        } else {
+                            input(r, count)
+                        };
+                        assert_eq!(
+                            io, &want,
+                            "reduce n={n} count={count} root={root} {forced:?} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_matches_naive() {
+    for n in 1..=9 {
+        for per in [1, 7, 1000] {
+            let got = simulate(n, 1, None, 9, per * n, per * n, ReduceOp::Sum, |_| {
+                Coll::AllToAll { per_rank: per }
+            });
+            for (r, (_, out)) in got.iter().enumerate() {
+                for j in 0..n {
+                    assert_eq!(
+                        out[j * per..(j + 1) * per],
+                        input(j, per * n)[r * per..(r + 1) * per],
+                        "n={n} per={per} rank {r} from {j}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn barrier_and_empty_collectives_complete() {
+    for n in 1..=9 {
+        simulate(n, 1, None, 5, 0, 0, ReduceOp::Sum, |_| Coll::Barrier);
+        simulate(n, 1, None, 6, 0, 0, ReduceOp::Sum, |_| Coll::AllReduce {
+            count: 0,
+            op: ReduceOp::Sum,
+        });
+        simulate(n, 1, None, 7, 0, 0, ReduceOp::Sum, |_| Coll::AllGather {
+            per_rank: 0,
+        });
+    }
+}
+
+#[test]
+fn send_recv_pairs() {
+    let got = simulate(2, 1, None, 3, 100, 0, ReduceOp::Sum, |r| {
+        if r == 0 {
+            Coll::Send {
+                count: 100,
+                peer: 1,
+            }
+        } else {
+            Coll::Recv {
+                count: 100,
+                peer: 0,
+            }
+        }
+    });
+    assert_eq!(got[1].0, input(0, 100));
+}

@@ -1,0 +1,139 @@
+//! Latency-optimal schedules for small messages: recursive doubling,
+//! binomial trees and the dissemination barrier, each `ceil(log2 n)` rounds.
+
+use super::{elems, Shape, IO, SCRATCH};
+use ringleader_transport::{Plan, RecvMode, Region};
+
+/// Largest power of two not above `x` (x >= 1).
+fn pow2_floor(x: usize) -> usize {
+    1 << (usize::BITS - 1 - x.leading_zeros())
+}
+
+/// In-place recursive-doubling all-reduce of `count` elements in [`IO`].
+///
+/// With `p` the largest power of two not above `n`, ranks `p..n` first fold
+/// their buffer into rank `r - p` and wait for the result; ranks `0..p`
+/// exchange whole buffers with `r ^ d` for `d = 1, 2, 4, ...` and reduce.
+/// Partners compute `a op b` and `b op a`, which IEEE arithmetic makes equal,
+/// so every rank ends with the same bits.
+pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize) {
+    let (r, n) = (sh.rank, sh.n);
+    let p = pow2_floor(n);
+    let all = elems(IO, 0, count, sh.esz);
+    if r >= p {
+        let folded = plan.send(sh.chan(r - p, 0), all, None);
+        plan.recv(sh.chan(r - p, 0), all, RecvMode::Copy, None, Some(folded));
+        return;
+    }
+    let reduce = RecvMode::Reduce { with: None };
+    let mut prev = (r + p < n).then(|| plan.recv(sh.chan(r + p, 0), all, reduce, None, None));
+    let mut d = 1;
+    while d < p {
+        let partner = r ^ d;
+        let sent = plan.send(sh.chan(partner, 0), all, prev);
+        // Reduce only once our own buffer has left: the send reads it.
+        prev = Some(plan.recv(sh.chan(partner, 0), all, reduce, prev, Some(sent)));
+        d <<= 1;
+    }
+    if r + p < n {
+        plan.send(sh.chan(r + p, 0), all, prev);
+    }
+}
+
+/// Children of virtual rank `v` in a binomial tree over `n` (largest
+/// subtree first): `v + d` for powers of two `d > v`.
+fn children(v: usize, n: usize) -> Vec<usize> {
+    let mut d = if v == 0 { 1 } else { pow2_floor(v) << 1 };
+    let mut c = Vec::new();
+    while v + d < n {
+        c.push(v + d);
+        d <<= 1;
+    }
+    c.reverse();
+    c
+}
+
+/// Binomial-tree broadcast of [`IO`] from `root`.
+pub(crate) fn broadcast(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
+    let n = sh.n;
+    let v = (sh.rank + n - root) % n;
+    let real = |u: usize| (u + root) % n;
+    let all = elems(IO, 0, count, sh.esz);
+    let got = (v > 0).then(|| {
+        plan.recv(
+            sh.chan(real(v - pow2_floor(v)), 0),
+            all,
+            RecvMode::Copy,
+            None,
+            None,
+        )
+    });
+    for c in children(v, n) {
+        plan.send(sh.chan(real(c), 0), all, got);
+    }
+}
+
+/// Binomial-tree reduction of [`IO`] toward `root`. Non-roots accumulate in
+/// [`SCRATCH`] (which must already hold a copy of their buffer) so their own
+/// buffer stays unchanged. Children are reduced in a fixed order (smallest
+/// subtree first), so the result does not depend on arrival order.
+pub(crate) fn reduce(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
+    let n = sh.n;
+    let v = (sh.rank + n - root) % n;
+    let real = |u: usize| (u + root) % n;
+    let acc = elems(if v == 0 { IO } else { SCRATCH }, 0, count, sh.esz);
+    let mut prev = None;
+    for c in children(v, n).into_iter().rev() {
+        prev = Some(plan.recv(
+            sh.chan(real(c), 0),
+            acc,
+            RecvMode::Reduce { with: None },
+            prev,
+            None,
+        ));
+    }
+    if v > 0 {
+        plan.send(sh.chan(real(v - pow2_floor(v)), 0), acc, prev);
+    }
+}
+
+/// Dissemination barrier: in round `d = 1, 2, 4, ...` send an empty frame to
+/// `r + d` and receive one from `r - d`. After `ceil(log2 n)` rounds every
+/// rank has heard, directly or not, from every other. Also used for
+/// collectives of zero elements, so their fingerprints are still compared.
+pub(crate) fn barrier(plan: &mut Plan, sh: Shape) {
+    let empty = Region::new(IO, 0, 0);
+    let mut prev = None;
+    let mut d = 1;
+    while d < sh.n {
+        plan.send(sh.chan(sh.rel(d as isize), 0), empty, prev);
+        prev = Some(plan.recv(
+            sh.chan(sh.rel(-(d as isize)), 0),
+            empty,
+            RecvMode::Copy,
+            prev,
+            None,
+        ));
+        d <<= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomial_tree_is_a_tree() {
+        for n in 1..=17 {
+            let mut parent = vec![None; n];
+            for v in 0..n {
+                for c in children(v, n) {
+                    assert!(parent[c].is_none(), "n={n}: {c} has two parents");
+                    parent[c] = Some(v);
+                    assert_eq!(c - pow2_floor(c), v);
+                }
+            }
+            assert!((1..n).all(|v| parent[v].is_some()), "n={n}");
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The progress engine: runs a communicator's operations one at a time, in
+//! submission order, like a stream.
+//!
+//! A synchronous call from an idle communicator runs on the caller's thread
+//! (no hand-off, which would cost two context switches on a busy machine);
+//! otherwise it queues behind the operations already submitted and waits.
+//! Asynchronous calls always queue; the engine thread runs them. Either way
+//! each operation gets its sequence number at submission, is recorded in the
+//! flight recorder, and ends in exactly one completion.
+
+use crate::algo::{self, Coll, Shape};
+use crate::rendezvous::PeerInfo;
+use crate::work::Completion;
+use parking_lot::{Condvar, Mutex};
+use ringleader_core::reduce::finish_avg;
+use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, Result};
+use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
+use ringleader_store::StoreClient;
+use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A caller's buffer, as a raw range, so the engine thread can use it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a RawBuf is only turned back into a slice while the operation it
+// belongs to runs, and its submitter keeps the memory alive and unaliased
+// until the operation completes (sync calls block; async calls own the
+// buffer in their Work, or the C caller promises it).
+unsafe impl Send for RawBuf {}
+
+impl RawBuf {
+    pub(crate) const EMPTY: RawBuf = RawBuf {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    };
+
+    pub(crate) fn new(ptr: *mut u8, len: usize) -> RawBuf {
+        RawBuf { ptr, len }
+    }
+
+    /// The memory as a driver buffer.
+    ///
+    /// # Safety
+    /// The range must be valid for `'a`, and not aliased unless `ro`.
+    unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
+        if self.len == 0 || self.ptr.is_null() {
+            return Buf::Rw(&mut []);
+        }
+        if ro {
+            // SAFETY: per the function contract.
+            Buf::Ro(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+        } else {
+            // SAFETY: per the function contract.
+            Buf::Rw(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+        }
+    }
+}
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Task {
+    Coll(Coll),
+    MonitoredBarrier { timeout: Duration, wait_all: bool },
+}
+
+/// An operation as submitted.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub task: Task,
+    pub fp: Fingerprint,
+    pub io: RawBuf,
+    pub io_ro: bool,
+    pub out: RawBuf,
+}
+
+/// An operation with its number and its completion.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub task: Task,
+    pub fp: Fingerprint,
+    /// Collective sequence number, or the per-peer number for send/recv.
+    pub seq: u64,
+    pub record: u64,
+    io: RawBuf,
+    io_ro: bool,
+    out: RawBuf,
+    pub timeout: Duration,
+    pub done: Arc<Completion>,
+}
+
+impl Job {
+    /// The collective sequence number (0 for send/recv).
+    pub(crate) fn coll_seq(&self) -> u64 {
+        if self.fp.op.is_p2p() {
+            0
+        } else {
+            self.seq
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Sched {
+    queue: VecDeque<Job>,
+    busy: bool,
+    shutdown: bool,
+    seq: u64,
+    send_seq: Vec<u64>,
+    recv_seq: Vec<u64>,
+}
+
+/// What running an operation needs, used by one operation at a time.
+#[derive(Debug)]
+pub(crate) struct Exec {
+    pub links: Vec<Vec<Link>>,
+    driver: Driver,
+    plan: Plan,
+    scratch: Vec<u64>,
+}
+
+/// State shared by the communicator handle, the engine thread and the
+/// monitor thread.
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub rank: Rank,
+    pub world: usize,
+    pub host: String,
+    pub abort: AbortSignal,
+    pub fr: FlightRecorder,
+    sched: Mutex<Sched>,
+    sched_cv: Condvar,
+    pub exec: Mutex<Exec>,
+    /// The verdict once an operation failed: every later one returns it.
+    pub failure: Mutex<Option<Error>>,
+    /// The auxiliary store connection (failure handling, monitored barrier).
+    pub store: Mutex<StoreClient>,
+    pub store_addr: String,
+    /// Whether the store lives in rank 0's process (it dies with rank 0).
+    pub store_in_rank0: bool,
+    pub peers: Vec<PeerInfo>,
+    /// The operation running now: (collective seq, fingerprint).
+    pub current: Mutex<Option<(u64, Fingerprint)>>,
+    /// Hard timeout of the running operation, in ms.
+    pub op_timeout_ms: AtomicU64,
+    pub destroyed: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish()
+    }
+}
+
+/// How a submission proceeds.
+pub(crate) enum Enqueued {
+    /// Run it now on this thread, then call [`Shared::finish_inline`].
+    Inline(Job),
+    /// The engine thread will run it.
+    Queued(Arc<Completion>, u64),
+}
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        cfg: Config,
+        host: String,
+        abort: AbortSignal,
+        links: Vec<Vec<Link>>,
+        store: StoreClient,
+        store_addr: String,
+        store_in_rank0: bool,
+        peers: Vec<PeerInfo>,
+    ) -> Shared {
+        let world = cfg.world_size;
+        Shared {
+            rank: cfg.rank,
+            world,
+            host,
+            fr: FlightRecorder::new(cfg.fr_size, cfg.timeout.as_millis() as u64),
+            abort,
+            sched: Mutex::new(Sched {
+                queue: VecDeque::new(),
+                busy: false,
+                shutdown: false,
+                seq: 0,
+                send_seq: vec![0; world],
+                recv_seq: vec![0; world],
+            }),
+            sched_cv: Condvar::new(),
+            exec: Mutex::new(Exec {
+                links,
+                driver: Driver::new(),
+                plan: Plan::default(),
+                scratch: Vec::new(),
+            }),
+            failure: Mutex::new(None),
+            store: Mutex::new(store),
+            store_addr,
+            store_in_rank0,
+            peers,
+            current: Mutex::new(None),
+            op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
+            destroyed: AtomicBool::new(false),
+            cfg,
+        }
+    }
+
+    /// Numbers, records and queues an operation.
+    pub(crate) fn enqueue(&self, req: Request, sync: bool) -> Result<Enqueued> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::aborted("the communicator was destroyed"));
+        }
+        if let Some(f) = self.failure.lock().clone() {
+            return Err(f);
+        }
+        let mut s = self.sched.lock();
+        if s.shutdown {
+            return Err(Error::aborted("the communicator was destroyed"));
+        }
+        let seq = match req.task {
+            Task::Coll(Coll::Send { peer, .. }) => {
+                s.send_seq[peer] += 1;
+                s.send_seq[peer]
+            }
+            Task::Coll(Coll::Recv { peer, .. }) => {
+                s.recv_seq[peer] += 1;
+                s.recv_seq[peer]
+            }
+            _ => {
+                s.seq += 1;
+                s.seq
+            }
+        };
+        let (coll_seq, p2p_seq) = if req.fp.op.is_p2p() {
+            (0, seq)
+        } else {
+            (seq, 0)
+        };
+        let record = self.fr.record(req.fp, coll_seq, p2p_seq);
+        let timeout = match req.task {
+            Task::MonitoredBarrier { timeout, .. } => {
+                self.cfg.timeout.max(timeout + Duration::from_secs(5))
+            }
+            Task::Coll(_) => self.cfg.timeout,
+        };
+        let done = Completion::new();
+        let job = Job {
+            task: req.task,
+            fp: req.fp,
+            seq,
+            record,
+            io: req.io,
+            io_ro: req.io_ro,
+            out: req.out,
+            timeout,
+            done: done.clone(),
+        };
+        if sync && !s.busy && s.queue.is_empty() {
+            s.busy = true;
+            return Ok(Enqueued::Inline(job));
+        }
+        s.queue.push_back(job);
+        self.sched_cv.notify_all();
+        Ok(Enqueued::Queued(done, seq))
+    }
+
+    /// Marks the engine idle after an inline run.
+    pub(crate) fn finish_inline(&self) {
+        let mut s = self.sched.lock();
+        s.busy = false;
+        self.sched_cv.notify_all();
+    }
+
+    /// Runs a synchronous operation to completion.
+    pub(crate) fn run_sync(&self, req: Request) -> Result<()> {
+        match self.enqueue(req, true)? {
+            Enqueued::Inline(job) => {
+                let r = self.execute(&job);
+                job.done.complete(r.clone());
+                self.finish_inline();
+                r
+            }
+            Enqueued::Queued(done, _) => self.wait_bounded(&done),
+        }
+    }
+
+    /// Waits for a queued operation. The watchdog bounds every operation;
+    /// should it fail to, this aborts after the timeout plus a margin.
+    pub(crate) fn wait_bounded(&self, done: &Completion) -> Result<()> {
+        let limit = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)) * 2
+            + Duration::from_secs(30);
+        match done.wait(Some(limit)) {
+            Some(r) => r,
+            None => {
+                self.abort
+                    .abort(Error::aborted("an operation outlived twice its timeout"));
+                done.wait(None)
+                    .unwrap_or_else(|| Err(Error::aborted("lost completion")))
+            }
+        }
+    }
+
+    /// The engine thread's loop.
+    pub(crate) fn engine_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut s = self.sched.lock();
+                loop {
+                    if !s.busy {
+                        if let Some(j) = s.queue.pop_front() {
+                            s.busy = true;
+                            break j;
+                        }
+                    }
+                    if s.shutdown && s.queue.is_empty() {
+                        return;
+                    }
+                    self.sched_cv.wait(&mut s);
+                }
+            };
+            let r = self.execute(&job);
+            job.done.complete(r);
+            self.finish_inline();
+        }
+    }
+
+    /// Stops the engine: queued operations fail, the running one (if any)
+    /// is aborted. Returns whether one was running.
+    pub(crate) fn shutdown(&self) -> bool {
+        let mut s = self.sched.lock();
+        s.shutdown = true;
+        for job in s.queue.drain(..) {
+            let e = Error::aborted(format!(
+                "the communicator was destroyed before {} #{} ran",
+                job.fp.op, job.seq
+            ));
+            self.fr.failed(job.record, &e.to_string(), Vec::new());
+            job.done.complete(Err(e));
+        }
+        self.sched_cv.notify_all();
+        s.busy
+    }
+
+    /// Runs one operation and records how it ended.
+    fn execute(&self, job: &Job) -> Result<()> {
+        if let Some(f) = self.failure.lock().clone() {
+            self.fr.failed(job.record, &f.to_string(), Vec::new());
+            return Err(f);
+        }
+        if let Some(reason) = self.abort.reason() {
+            return Err(self.resolve(job, reason));
+        }
+        self.op_timeout_ms
+            .store(job.timeout.as_millis() as u64, Ordering::Relaxed);
+        *self.current.lock() = Some((job.coll_seq(), job.fp));
+        self.fr.started_seq(job.record, job.coll_seq());
+        let r = match job.task {
+            Task::Coll(c) => self.run_coll(job, c),
+            Task::MonitoredBarrier { timeout, wait_all } => {
+                self.monitored_barrier(job, timeout, wait_all)
+            }
+        };
+        *self.current.lock() = None;
+        match r {
+            Ok(()) => {
+                self.fr.completed_seq(job.record, job.coll_seq());
+                Ok(())
+            }
+            // A monitored barrier reports late ranks; it leaves the
+            // communicator usable.
+            Err(e)
+                if matches!(job.task, Task::MonitoredBarrier { .. })
+                    && !self.abort.is_aborted() =>
+            {
+                self.fr.failed(job.record, &e.to_string(), Vec::new());
+                Err(e)
+            }
+            Err(e) => Err(self.resolve(job, e)),
+        }
+    }
+
+    fn run_coll(&self, job: &Job, coll: Coll) -> Result<()> {
+        let mut x = self.exec.lock();
+        let Exec {
+            links,
+            driver,
+            plan,
+            scratch,
+        } = &mut *x;
+        let dtype = job.fp.dtype;
+        let sh = Shape {
+            rank: self.rank,
+            n: self.world,
+            streams: self.cfg.streams,
+            esz: dtype.size(),
+        };
+        let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan);
+        let words = prep.scratch_bytes.div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
+        // SAFETY: the submitter keeps both buffers alive and unaliased (the
+        // input may be shared, hence read only) until this job completes,
+        // which happens after this function returns.
+        let (io, out) = unsafe { (job.io.buf(job.io_ro), job.out.buf(false)) };
+        let mut bufs = [io, out, Buf::Rw(&mut scratch[..prep.scratch_bytes])];
+        if let Some((from, to)) = prep.copy {
+            copy_region(&mut bufs, from, to);
+        }
+        let op = OpInfo {
+            seq: job.seq,
+            fingerprint: job.fp,
+            checks: self.cfg.checks,
+        };
+        let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
+        driver.run(
+            links,
+            &mut bufs,
+            plan,
+            &op,
+            &self.abort,
+            Some(deadline),
+            &self.fr.progress().awaited,
+        )?;
+        if let Some(a) = prep.avg {
+            if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
+                finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's progress in a heartbeat.
+    pub(crate) fn beat(&self) -> Beat {
+        Beat::of(&self.fr, *self.current.lock())
+    }
+
+    /// This rank's snapshot.
+    pub(crate) fn snapshot(&self, observation: Option<Observation>) -> Snapshot {
+        let mut s = Snapshot::new(
+            self.rank,
+            self.world,
+            &self.host,
+            std::process::id(),
+            &self.cfg.run_id,
+        );
+        s.beat = self.beat();
+        s.entries = self.fr.entries();
+        s.observation = observation;
+        s.destroyed = self.destroyed.load(Ordering::Relaxed);
+        s.library_version = self.cfg.advertised_version.clone();
+        s
+    }
+}
+
+/// Copies region `from` (in buffer 0) to `to` (buffer 1 or 2).
+fn copy_region(bufs: &mut [Buf<'_>; 3], from: Region, to: Region) {
+    let (src, rest) = bufs.split_at_mut(1);
+    let src: &[u8] = match &src[0] {
+        Buf::Ro(b) => b,
+        Buf::Rw(b) => b,
+    };
+    if let Buf::Rw(dst) = &mut rest[to.buf as usize - 1] {
+        dst[to.off..to.off + to.len].copy_from_slice(&src[from.off..from.off + from.len]);
+    }
+}

@@ -1,0 +1,249 @@
+//! From a local failure to one verdict, the same on every rank.
+//!
+//! The rank that sees a collective fail (a mismatching frame, a closed
+//! connection, the watchdog's timeout) aborts its communicator, raises the
+//! job-wide abort at the store, and publishes its snapshot. Every other
+//! rank's monitor sees the abort, wakes its own communicator and publishes
+//! its snapshot too. Each failing rank then waits, briefly and bounded, for
+//! the snapshots of the ranks that can still answer (alive, heartbeat fresh),
+//! runs the verdict engine, and offers its verdict to the store; the first
+//! verdict offered is the one every rank reports.
+
+use crate::engine::{Job, Shared};
+use crate::log;
+use ringleader_core::{Diagnosis, Error};
+use ringleader_diag::recorder::mask_ranks;
+use ringleader_diag::{verdict, Beat, Evidence, Liveness, Observation, PeerView, Snapshot};
+use ringleader_store::{keys, JobStatus, Liveness as StoreLiveness, StoreClient};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a failing rank waits for the others' snapshots.
+const GATHER: Duration = Duration::from_secs(2);
+/// A heartbeat older than this means the process stopped answering.
+pub(crate) const STALE_MS: u64 = 3000;
+
+/// The job-wide abort record: who failed first, and what it saw.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct AbortRecord {
+    pub rank: usize,
+    pub observation: Observation,
+}
+
+impl Shared {
+    /// Turns the local error of `job` into the verdict, which also becomes
+    /// the communicator's permanent failure.
+    pub(crate) fn resolve(&self, job: &Job, local: Error) -> Error {
+        if let Some(f) = self.failure.lock().clone() {
+            self.fr.failed(job.record, &f.to_string(), Vec::new());
+            return f;
+        }
+        self.abort.abort(local.clone());
+        let awaited = mask_ranks(self.fr.progress().awaited.load(Ordering::Relaxed));
+        self.fr.failed(job.record, &local.to_string(), awaited);
+        let observation = Observation::from_error(&local);
+        let mut diagnosis = match self.agree(&observation) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn(
+                    self.rank,
+                    &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"),
+                );
+                self.decide_alone(&observation)
+            }
+        };
+        let dumped = self.write_dump(Some(observation), Some(&diagnosis));
+        if let Some(dir) = dumped.as_ref().and_then(|p| p.parent()) {
+            diagnosis.hints.push(format!(
+                "flight recorder dumps: {} (`ringleader analyze {}`)",
+                dir.display(),
+                dir.display()
+            ));
+        }
+        let err = Error::Collective(Box::new(diagnosis));
+        *self.failure.lock() = Some(err.clone());
+        log::error(self.rank, &err.to_string());
+        err
+    }
+
+    /// Agrees with the other ranks on a verdict through the store.
+    fn agree(&self, observation: &Observation) -> Result<Diagnosis, Error> {
+        let mut store = self.store.lock();
+        let record = AbortRecord {
+            rank: self.rank,
+            observation: observation.clone(),
+        };
+        store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
+        let mine = self.snapshot(Some(observation.clone()));
+        store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
+        if let Some(d) = agreed(&mut store)? {
+            return Ok(d);
+        }
+        let status = gather(&mut store, self.rank)?;
+        if let Some(d) = agreed(&mut store)? {
+            return Ok(d);
+        }
+        let ev = evidence(&mut store, &status, self.world)?;
+        let d = verdict(&ev);
+        let stored = store.compare_set(
+            keys::VERDICT,
+            None,
+            &serde_json::to_vec(&d).unwrap_or_default(),
+        )?;
+        Ok(serde_json::from_slice(&stored).unwrap_or(d))
+    }
+
+    /// A verdict from this rank's own knowledge, when the store is gone.
+    fn decide_alone(&self, observation: &Observation) -> Diagnosis {
+        let mut peers = Vec::new();
+        if self.store_in_rank0 && self.rank != 0 {
+            // The store lived in rank 0's process; losing it means losing rank 0.
+            peers.push(PeerView {
+                rank: 0,
+                liveness: Liveness::Vanished,
+                host: self.peers.first().map(|p| p.host.clone()),
+                pid: self.peers.first().map(|p| p.pid),
+                heartbeat_age_ms: None,
+                beat: None,
+                exit: None,
+            });
+        }
+        verdict(&Evidence {
+            world_size: self.world,
+            peers,
+            snapshots: vec![self.snapshot(Some(observation.clone()))],
+            stale_after_ms: STALE_MS,
+        })
+    }
+
+    /// Writes this rank's dump to the dump directory; returns its path.
+    pub(crate) fn write_dump(
+        &self,
+        observation: Option<Observation>,
+        diagnosis: Option<&Diagnosis>,
+    ) -> Option<PathBuf> {
+        let mut snap = self.snapshot(observation);
+        snap.verdict = diagnosis.cloned();
+        if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
+            if let Ok(status) = store.status(None, Duration::ZERO) {
+                if let Ok(ev) = evidence(&mut store, &status, self.world) {
+                    snap.job = ev.peers;
+                }
+            }
+        }
+        self.dump_to(&snap, None)
+    }
+
+    /// Writes `snap` as JSON to `path`, or to the dump directory.
+    pub(crate) fn dump_to(&self, snap: &Snapshot, path: Option<PathBuf>) -> Option<PathBuf> {
+        let path = path.unwrap_or_else(|| {
+            self.cfg
+                .dump_dir
+                .join(format!("ringleader-rank{}.json", self.rank))
+        });
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(&path, snap.to_json()) {
+            Ok(()) => Some(path),
+            Err(e) => {
+                log::warn(
+                    self.rank,
+                    &format!(
+                        "cannot write the flight recorder dump {}: {e}",
+                        path.display()
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The verdict some rank already offered, if any.
+fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
+    Ok(store
+        .try_get(keys::VERDICT)?
+        .and_then(|v| serde_json::from_slice(&v).ok()))
+}
+
+/// Waits (bounded) until every rank that can still answer published its
+/// snapshot; returns the job status at that point.
+fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
+    let deadline = Instant::now() + GATHER;
+    loop {
+        let status = store.status(None, Duration::ZERO)?;
+        let published = store.keys_with_prefix(keys::SNAPSHOT_PREFIX)?;
+        let missing: Vec<String> = status
+            .ranks
+            .iter()
+            .filter(|r| r.rank != me && r.liveness == StoreLiveness::Connected)
+            .filter(|r| {
+                r.heartbeat_age
+                    .is_some_and(|a| a.as_millis() < STALE_MS as u128)
+            })
+            .map(|r| keys::snapshot(r.rank))
+            .filter(|k| !published.contains(k))
+            .collect();
+        let now = Instant::now();
+        if missing.is_empty() || now >= deadline || store.try_get(keys::VERDICT)?.is_some() {
+            return Ok(status);
+        }
+        let refs: Vec<&str> = missing.iter().map(String::as_str).collect();
+        match store.wait(&refs, (deadline - now).min(Duration::from_millis(200))) {
+            Ok(()) | Err(Error::StoreTimeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Everything the store knows about the job, as verdict evidence.
+pub(crate) fn evidence(
+    store: &mut StoreClient,
+    status: &JobStatus,
+    world: usize,
+) -> Result<Evidence, Error> {
+    let exits = fetch_prefix(store, keys::EXIT_PREFIX)?;
+    let snapshots = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
+        .into_iter()
+        .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())
+        .collect();
+    let peers = status
+        .ranks
+        .iter()
+        .map(|r| PeerView {
+            rank: r.rank,
+            liveness: match r.liveness {
+                StoreLiveness::Connected => Liveness::Alive,
+                StoreLiveness::Left => Liveness::Left,
+                StoreLiveness::Vanished => Liveness::Vanished,
+            },
+            host: Some(r.host.clone()),
+            pid: Some(r.pid),
+            heartbeat_age_ms: r.heartbeat_age.map(|a| a.as_millis() as u64),
+            beat: Beat::decode(&r.heartbeat),
+            exit: exits
+                .iter()
+                .find(|(k, _)| *k == keys::exit(r.rank))
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+        })
+        .collect();
+    Ok(Evidence {
+        world_size: world,
+        peers,
+        snapshots,
+        stale_after_ms: STALE_MS,
+    })
+}
+
+fn fetch_prefix(store: &mut StoreClient, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    let names = store.keys_with_prefix(prefix)?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let values = store.multi_get(&refs, Duration::from_secs(2))?;
+    Ok(names.into_iter().zip(values).collect())
+}

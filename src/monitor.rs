@@ -1,0 +1,384 @@
+//! The monitor thread: heartbeat, watchdog, and the job's news.
+//!
+//! One thread per communicator, holding the rank's member connection to the
+//! store (the connection whose loss the store reads as the rank's death). It
+//! needs neither the caller's thread nor Python's GIL, so a rank stuck in its
+//! own code still beats, and a stopped process stops beating. Every tick it:
+//! - sends a heartbeat carrying this rank's progress (twice a second);
+//! - waits briefly on the store for news: another rank's abort, or a rank
+//!   that left or vanished while this rank waits for it, which aborts the
+//!   running collective at once instead of at the timeout;
+//! - checks the running operation against the stall warning and the hard
+//!   timeout.
+
+use crate::engine::Shared;
+use crate::failure::AbortRecord;
+use crate::log;
+use parking_lot::{Condvar, Mutex};
+use ringleader_core::error::fmt_ranks;
+use ringleader_core::{Error, Fingerprint, Rank};
+use ringleader_diag::recorder::mask_ranks;
+use ringleader_diag::Beat;
+use ringleader_store::{keys, JobStatus, Liveness, StoreClient};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(100);
+const HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// Stops the monitor.
+#[derive(Debug, Default)]
+pub(crate) struct Stop {
+    flag: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        *self.flag.lock() = true;
+        self.cv.notify_all();
+    }
+
+    fn stopped(&self) -> bool {
+        *self.flag.lock()
+    }
+
+    /// Sleeps up to `d`; returns whether stopped.
+    fn sleep(&self, d: Duration) -> bool {
+        let mut g = self.flag.lock();
+        if !*g {
+            self.cv.wait_for(&mut g, d);
+        }
+        *g
+    }
+}
+
+/// Stall-warning state of the operation being watched.
+#[derive(Debug, Default)]
+struct Watch {
+    /// (collective seq, fingerprint) being watched.
+    op: Option<(u64, Fingerprint)>,
+    next_warn: Duration,
+    warned: bool,
+    late: Vec<Rank>,
+}
+
+struct Monitor {
+    shared: Arc<Shared>,
+    store: Option<StoreClient>,
+    stop: Arc<Stop>,
+    generation: Option<u64>,
+    last_beat: Option<Instant>,
+    last_status: Option<JobStatus>,
+    published: bool,
+    dump_counter: Option<Vec<u8>>,
+    watch: Watch,
+}
+
+/// Starts the monitor thread.
+pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, stop: Arc<Stop>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("ringleader-monitor-{}", shared.rank))
+        .spawn(move || {
+            Monitor {
+                shared,
+                store: Some(store),
+                stop,
+                generation: None,
+                last_beat: None,
+                last_status: None,
+                published: false,
+                dump_counter: None,
+                watch: Watch::default(),
+            }
+            .run()
+        })
+        .expect("spawning the monitor thread")
+}
+
+impl Monitor {
+    fn run(mut self) {
+        while !self.stop.stopped() {
+            if self.store.is_some() {
+                self.heartbeat();
+                self.poll_store();
+            } else if self.stop.sleep(TICK) {
+                break;
+            }
+            self.watchdog();
+        }
+        if let Some(mut store) = self.store.take() {
+            // Last words: the final progress, then a clean goodbye, so the
+            // others read "left" rather than "died".
+            let _ = store.heartbeat(&self.shared.beat().encode());
+            let _ = store.leave();
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        if self.last_beat.is_some_and(|t| t.elapsed() < HEARTBEAT) {
+            return;
+        }
+        self.last_beat = Some(Instant::now());
+        let beat = self.shared.beat().encode();
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let r = store
+            .heartbeat(&beat)
+            .and_then(|()| store.try_get(keys::DUMP_REQUEST));
+        match r {
+            Ok(counter) => self.dump_on_request(counter),
+            Err(e) => self.store_lost(e),
+        }
+    }
+
+    fn poll_store(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        match store.status(self.generation, TICK) {
+            Ok(status) => {
+                self.generation = Some(status.generation);
+                self.news(&status);
+                self.last_status = Some(status);
+            }
+            Err(e) => self.store_lost(e),
+        }
+    }
+
+    fn dump_on_request(&mut self, counter: Option<Vec<u8>>) {
+        if counter.is_some() && self.dump_counter.is_some() && counter != self.dump_counter {
+            if let Some(p) = self.shared.write_dump(None, None) {
+                log::warn(
+                    self.shared.rank,
+                    &format!("wrote the flight recorder dump {} on request", p.display()),
+                );
+            }
+        }
+        if counter.is_some() {
+            self.dump_counter = counter;
+        } else {
+            self.dump_counter = Some(Vec::new());
+        }
+    }
+
+    /// Reacts to the job's events.
+    fn news(&mut self, status: &JobStatus) {
+        let sh = &self.shared;
+        if let Some(raw) = &status.abort {
+            if !sh.abort.is_aborted() {
+                let reason = match serde_json::from_slice::<AbortRecord>(raw) {
+                    Ok(r) => format!("rank {} failed: {}", r.rank, r.observation.message),
+                    Err(_) => "another rank aborted the job".to_string(),
+                };
+                sh.abort.abort(Error::aborted(reason));
+            }
+            if !self.published {
+                // Idle ranks too must say where they are.
+                self.published = true;
+                let snap = sh.snapshot(None);
+                if let Some(store) = self.store.as_mut() {
+                    let _ = store.compare_set(
+                        &keys::snapshot(sh.rank),
+                        None,
+                        snap.to_json().as_bytes(),
+                    );
+                }
+            }
+            return;
+        }
+        let Some((seq, fp)) = *sh.current.lock() else {
+            return;
+        };
+        for r in &status.ranks {
+            if r.rank == sh.rank || r.liveness == Liveness::Connected {
+                continue;
+            }
+            if fp.op.is_p2p() && fp.root != Some(r.rank as u32) {
+                continue;
+            }
+            let beat = Beat::decode(&r.heartbeat);
+            if seq > 0 && beat.as_ref().is_some_and(|b| b.last_completed >= seq) {
+                continue;
+            }
+            let reason = match r.liveness {
+                Liveness::Left => Error::PeerLeft {
+                    peer: r.rank,
+                    op: fp.op,
+                    seq,
+                    their_seq: beat.map_or(0, |b| b.last_started),
+                },
+                _ => Error::PeerLost {
+                    peer: r.rank,
+                    op: fp.op,
+                    seq,
+                    detail: format!(
+                        "its process ({} pid {}) ended without leaving the job",
+                        r.host, r.pid
+                    ),
+                },
+            };
+            sh.abort.abort(reason);
+            return;
+        }
+    }
+
+    /// The store stopped answering. If it lived in rank 0 and a collective
+    /// runs, rank 0 is gone; either way hang detection continues locally
+    /// (timeouts) but without the store's news.
+    fn store_lost(&mut self, e: Error) {
+        self.store = None;
+        let sh = &self.shared;
+        if sh.destroyed.load(Ordering::Relaxed) {
+            return;
+        }
+        let rank0_left = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.rank(0))
+            .is_some_and(|r| r.liveness == Liveness::Left);
+        let running = *sh.current.lock();
+        if let (Some((seq, fp)), true) = (running, sh.store_in_rank0 && sh.rank != 0) {
+            let reason = if rank0_left {
+                Error::PeerLeft {
+                    peer: 0,
+                    op: fp.op,
+                    seq,
+                    their_seq: 0,
+                }
+            } else {
+                Error::PeerLost {
+                    peer: 0,
+                    op: fp.op,
+                    seq,
+                    detail: format!(
+                        "the store it hosted at {} stopped answering ({e})",
+                        sh.store_addr
+                    ),
+                }
+            };
+            sh.abort.abort(reason);
+        } else if !rank0_left {
+            log::warn(
+                sh.rank,
+                &format!("lost the store at {} ({e}); other ranks' failures will now only show as timeouts", sh.store_addr),
+            );
+        }
+    }
+
+    /// Stall warnings and the hard timeout of the running operation.
+    fn watchdog(&mut self) {
+        let sh = self.shared.clone();
+        let running = *sh.current.lock();
+        let p = sh.fr.progress();
+        if running != self.watch.op {
+            if self.watch.warned {
+                if let Some((seq, fp)) = self.watch.op {
+                    self.report_completion(seq, fp);
+                }
+            }
+            self.watch = Watch {
+                op: running,
+                next_warn: sh.cfg.stall_warn,
+                ..Watch::default()
+            };
+        }
+        let Some((seq, fp)) = running else { return };
+        let since = Duration::from_nanos(p.running_since.load(Ordering::Relaxed));
+        let age = p.epoch.elapsed().saturating_sub(since);
+        let timeout = Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed));
+        if age >= timeout {
+            if !sh.abort.is_aborted() {
+                sh.abort.abort(Error::Timeout {
+                    op: fp.op,
+                    seq,
+                    waited: age,
+                    awaited: mask_ranks(p.awaited.load(Ordering::Relaxed)),
+                });
+            }
+            return;
+        }
+        if age >= self.watch.next_warn && !sh.abort.is_aborted() {
+            self.warn_stall(seq, fp, age);
+            self.watch.warned = true;
+            self.watch.next_warn = age * 2;
+        }
+    }
+
+    fn label(seq: u64, fp: Fingerprint) -> String {
+        if seq == 0 {
+            fp.to_string()
+        } else {
+            format!("{} #{seq}", fp.op)
+        }
+    }
+
+    fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration) {
+        let sh = &self.shared;
+        let awaited = mask_ranks(sh.fr.progress().awaited.load(Ordering::Relaxed));
+        let mut outside = Vec::new();
+        let mut notes = Vec::new();
+        if let Some(status) = &self.last_status {
+            for r in &status.ranks {
+                if r.rank == sh.rank {
+                    continue;
+                }
+                let Some(b) = Beat::decode(&r.heartbeat) else {
+                    continue;
+                };
+                let inside = b.running.as_ref().is_some_and(|x| x.seq == seq);
+                if seq > 0 && !inside && b.last_completed < seq {
+                    outside.push(r.rank);
+                    notes.push(format!(
+                        "rank {} has not entered it (last completed #{})",
+                        r.rank, b.last_completed
+                    ));
+                }
+            }
+        }
+        self.watch.late = if outside.is_empty() {
+            awaited.clone()
+        } else {
+            outside
+        };
+        let mut msg = format!(
+            "[straggler] {} has waited {:.1} s",
+            Self::label(seq, fp),
+            age.as_secs_f64()
+        );
+        if !notes.is_empty() {
+            msg += &format!(": {}", notes.join(", "));
+        }
+        if !awaited.is_empty() {
+            msg += &format!("; waiting for data from {}", fmt_ranks(&awaited));
+        }
+        msg += &format!(
+            " (timeout in {:.0} s)",
+            (Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed)).saturating_sub(age))
+                .as_secs_f64()
+        );
+        log::warn(sh.rank, &msg);
+    }
+
+    fn report_completion(&self, seq: u64, fp: Fingerprint) {
+        let sh = &self.shared;
+        if sh.abort.is_aborted() {
+            return;
+        }
+        let who = if self.watch.late.is_empty() {
+            String::new()
+        } else {
+            format!("; {} arrived late", fmt_ranks(&self.watch.late))
+        };
+        log::warn(
+            sh.rank,
+            &format!(
+                "[straggler] {} completed after a stall{who}",
+                Self::label(seq, fp)
+            ),
+        );
+    }
+}

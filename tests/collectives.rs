@@ -1,0 +1,311 @@
+//! Every collective x dtype x world size x size, between real processes
+//! over real sockets, checked against a reference each rank computes itself.
+#![allow(missing_docs)]
+
+mod common;
+
+use common::*;
+use ringleader::{bf16, f16, Communicator, Element, ReduceOp};
+
+/// Values that every dtype holds exactly, sums included (|sum| <= 80).
+fn val(rank: usize, i: usize) -> i64 {
+    ((rank * 7 + i * 3) % 11) as i64 - 5
+}
+
+/// Factors for products: powers of two stay exact in every float type.
+fn factor(rank: usize, i: usize) -> i64 {
+    1 + ((rank + i) % 2) as i64
+}
+
+trait TestElem: Element + Copy + PartialOrd {
+    fn of(v: i64) -> Self;
+    /// `sum / n` as ringleader's `Avg` computes it in this type.
+    fn avg(sum: i64, n: usize) -> Self;
+}
+
+macro_rules! ints {
+    ($($t:ty),*) => {$(impl TestElem for $t {
+        fn of(v: i64) -> Self { v as $t }
+        fn avg(sum: i64, n: usize) -> Self { (sum as $t).wrapping_div(n as $t) }
+    })*};
+}
+ints!(i8, i32, i64);
+impl TestElem for u8 {
+    fn of(v: i64) -> Self {
+        v as u8
+    }
+    fn avg(sum: i64, n: usize) -> Self {
+        (sum as u8).wrapping_div(n as u8)
+    }
+}
+impl TestElem for f32 {
+    fn of(v: i64) -> Self {
+        v as f32
+    }
+    fn avg(sum: i64, n: usize) -> Self {
+        sum as f32 / n as f32
+    }
+}
+impl TestElem for f64 {
+    fn of(v: i64) -> Self {
+        v as f64
+    }
+    fn avg(sum: i64, n: usize) -> Self {
+        sum as f64 / n as f64
+    }
+}
+impl TestElem for f16 {
+    fn of(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+    fn avg(sum: i64, n: usize) -> Self {
+        f16::from_f32(sum as f32 / n as f32)
+    }
+}
+impl TestElem for bf16 {
+    fn of(v: i64) -> Self {
+        bf16::from_f32(v as f32)
+    }
+    fn avg(sum: i64, n: usize) -> Self {
+        bf16::from_f32(sum as f32 / n as f32)
+    }
+}
+
+struct Checker {
+    failures: Vec<String>,
+    ran: usize,
+}
+
+impl Checker {
+    fn check<T: TestElem>(&mut self, what: &str, got: &[T], want: impl Fn(usize) -> T) {
+        self.ran += 1;
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want(i)) {
+            self.failures.push(format!(
+                "{what} [{}]: element {i} is {:?}, want {:?}",
+                T::DTYPE,
+                got[i],
+                want(i)
+            ));
+        }
+    }
+}
+
+fn reduce_ref<T: TestElem>(n: usize, i: usize, op: ReduceOp) -> T {
+    let vals = || (0..n).map(move |r| val(r, i));
+    match op {
+        ReduceOp::Sum => T::of(vals().sum()),
+        ReduceOp::Avg => T::avg(vals().sum(), n),
+        // In the type's own order: u8 holds -5 as 251.
+        ReduceOp::Min => vals()
+            .map(T::of)
+            .reduce(|a, b| if b < a { b } else { a })
+            .unwrap(),
+        ReduceOp::Max => vals()
+            .map(T::of)
+            .reduce(|a, b| if b > a { b } else { a })
+            .unwrap(),
+        ReduceOp::Prod => T::of((0..n).map(|r| factor(r, i)).product()),
+    }
+}
+
+fn input<T: TestElem>(rank: usize, len: usize, op: ReduceOp) -> Vec<T> {
+    (0..len)
+        .map(|i| {
+            T::of(if op == ReduceOp::Prod {
+                factor(rank, i)
+            } else {
+                val(rank, i)
+            })
+        })
+        .collect()
+}
+
+fn matrix_for<T: TestElem>(
+    c: &Communicator,
+    ck: &mut Checker,
+    sizes: &[usize],
+) -> ringleader::Result<()> {
+    let (r, n) = (c.rank(), c.world_size());
+    for &len in sizes {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Avg,
+        ] {
+            let mut buf = input::<T>(r, len, op);
+            c.all_reduce(&mut buf, op)?;
+            ck.check(&format!("all_reduce {op} len {len}"), &buf, |i| {
+                reduce_ref::<T>(n, i, op)
+            });
+        }
+        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+            let inp = input::<T>(r, len * n, op);
+            let mut out = vec![T::of(0); len];
+            c.reduce_scatter(&inp, &mut out, op)?;
+            ck.check(&format!("reduce_scatter {op} len {len}"), &out, |i| {
+                reduce_ref::<T>(n, r * len + i, op)
+            });
+            ck.check(&format!("reduce_scatter input kept len {len}"), &inp, |i| {
+                T::of(val(r, i))
+            });
+        }
+        let inp = input::<T>(r, len, ReduceOp::Sum);
+        let mut out = vec![T::of(0); len * n];
+        c.all_gather(&inp, &mut out)?;
+        ck.check(&format!("all_gather len {len}"), &out, |i| {
+            T::of(val(i / len.max(1), i % len.max(1)))
+        });
+        for root in [0, n - 1] {
+            let mut buf = input::<T>(r, len, ReduceOp::Sum);
+            c.broadcast(&mut buf, root)?;
+            ck.check(&format!("broadcast root {root} len {len}"), &buf, |i| {
+                T::of(val(root, i))
+            });
+            let mut buf = input::<T>(r, len, ReduceOp::Sum);
+            c.reduce(&mut buf, root, ReduceOp::Max)?;
+            if r == root {
+                ck.check(&format!("reduce root {root} len {len}"), &buf, |i| {
+                    reduce_ref::<T>(n, i, ReduceOp::Max)
+                });
+            } else {
+                ck.check(&format!("reduce non-root kept len {len}"), &buf, |i| {
+                    T::of(val(r, i))
+                });
+            }
+        }
+        let inp = input::<T>(r, len * n, ReduceOp::Sum);
+        let mut out = vec![T::of(0); len * n];
+        c.all_to_all(&inp, &mut out)?;
+        // Segment j of the output is segment r of rank j's input.
+        ck.check(&format!("all_to_all len {len}"), &out, |i| {
+            T::of(val(i / len.max(1), r * len + i % len.max(1)))
+        });
+        if n > 1 {
+            // Ring of sends: async send right, receive from the left.
+            let work = c.send_async(input::<T>(r, len, ReduceOp::Sum), (r + 1) % n)?;
+            let mut got = vec![T::of(0); len];
+            c.recv(&mut got, (r + n - 1) % n)?;
+            work.into_inner()?;
+            ck.check(&format!("send/recv len {len}"), &got, |i| {
+                T::of(val((r + n - 1) % n, i))
+            });
+        }
+        c.barrier()?;
+    }
+    Ok(())
+}
+
+fn matrix(sizes: &[usize]) -> i32 {
+    let c = Communicator::from_env().expect("init");
+    let mut ck = Checker {
+        failures: Vec::new(),
+        ran: 0,
+    };
+    let r = (|| {
+        matrix_for::<f32>(&c, &mut ck, sizes)?;
+        matrix_for::<f64>(&c, &mut ck, sizes)?;
+        matrix_for::<f16>(&c, &mut ck, sizes)?;
+        matrix_for::<bf16>(&c, &mut ck, sizes)?;
+        matrix_for::<i8>(&c, &mut ck, sizes)?;
+        matrix_for::<u8>(&c, &mut ck, sizes)?;
+        matrix_for::<i32>(&c, &mut ck, sizes)?;
+        matrix_for::<i64>(&c, &mut ck, sizes)
+    })();
+    if let Err(e) = r {
+        println!("FAIL collective error: {e}");
+        return 1;
+    }
+    for f in &ck.failures {
+        println!("FAIL {f}");
+    }
+    println!("CHECKED {}", ck.ran);
+    c.destroy().unwrap();
+    i32::from(!ck.failures.is_empty())
+}
+
+fn async_scenario() -> i32 {
+    let c = Communicator::from_env().expect("init");
+    let n = c.world_size();
+    // Several operations in flight at once complete in submission order.
+    let works: Vec<_> = (0..8)
+        .map(|k| {
+            c.all_reduce_async(vec![k as f32 + c.rank() as f32; 1000 + k], ReduceOp::Sum)
+                .unwrap()
+        })
+        .collect();
+    let barrier = c.barrier_async().unwrap();
+    let mut ok = true;
+    for (k, w) in works.into_iter().enumerate() {
+        let v = w.into_inner().unwrap();
+        let want = (0..n).map(|r| k as f32 + r as f32).sum::<f32>();
+        ok &= v.len() == 1000 + k && v.iter().all(|x| *x == want);
+    }
+    barrier.wait(None).unwrap();
+    assert!(barrier.is_completed());
+    // A sync call queued behind async work waits its turn.
+    let w = c
+        .all_gather_async(vec![c.rank() as i32; 3], vec![0; 3 * n])
+        .unwrap();
+    let mut x = [1i64];
+    c.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+    let (_, out) = w.into_inner().unwrap();
+    ok &= x[0] == n as i64 && out == (0..n).flat_map(|r| [r as i32; 3]).collect::<Vec<_>>();
+    println!("ASYNC {}", if ok { "ok" } else { "wrong" });
+    c.destroy().unwrap();
+    i32::from(!ok)
+}
+
+/// Entry point of worker processes (a no-op in a normal test run).
+#[test]
+fn worker() {
+    let Some(s) = scenario() else { return };
+    let code = match s.as_str() {
+        "matrix_small" => matrix(&[0, 1, 7, 1000]),
+        "matrix_large" => matrix(&[(1 << 20) + 3]),
+        "async" => async_scenario(),
+        other => panic!("unknown scenario {other}"),
+    };
+    std::process::exit(code);
+}
+
+fn run_matrix(world: usize, scenario: &str, limit: u64) {
+    let outs = run(JobSpec::new(world, scenario).limit(limit));
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.lines("CHECKED")
+                .first()
+                .is_some_and(|c| c.parse::<usize>().unwrap() > 0),
+            "{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn every_op_dtype_and_small_size_on_1_2_3_4_5_8_ranks() {
+    for world in [1, 2, 3, 4, 5, 8] {
+        run_matrix(world, "matrix_small", 120);
+    }
+}
+
+#[test]
+fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks() {
+    for world in [1, 2, 3, 4, 5, 8] {
+        run_matrix(world, "matrix_large", 240);
+    }
+}
+
+#[test]
+fn async_operations_complete_in_order() {
+    let outs = run(JobSpec::new(3, "async").limit(60));
+    assert_all_ok(&outs);
+}
+
+#[test]
+fn rank0_can_host_the_store() {
+    let outs = run(JobSpec::new(3, "async").rank0_hosts_store().limit(60));
+    assert_all_ok(&outs);
+}
