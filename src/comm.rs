@@ -7,9 +7,7 @@ use crate::monitor::{self, Stop};
 use crate::rendezvous::{self, hostname};
 use crate::work::Work;
 use parking_lot::Mutex;
-use ringleader_core::{
-    AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result,
-};
+use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::Entry;
 use ringleader_store::{Liveness, StoreServer};
 use ringleader_transport::frame::FrameHeader;
@@ -80,13 +78,9 @@ impl Communicator {
     pub fn init(cfg: Config) -> Result<Communicator> {
         log::init_from_env();
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
-            return Err(Error::invalid(
-                "rank",
-                format!("rank {} of a world of {}", cfg.rank, cfg.world_size),
-            ));
+            return Err(Error::invalid("rank", format!("rank {} of a world of {}", cfg.rank, cfg.world_size)));
         }
-        let abort = AbortSignal::new()
-            .map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
+        let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let joined = rendezvous::join(&cfg, &abort)?;
         let store_in_rank0 = cfg.store_addr.is_none();
         let shared = Arc::new(Shared::new(
@@ -106,11 +100,7 @@ impl Communicator {
             .map_err(|e| Error::invalid("init", format!("cannot start the engine thread: {e}")))?;
         let stop = Arc::new(Stop::default());
         let monitor = monitor::spawn(shared.clone(), joined.member, stop.clone());
-        tracing::debug!(
-            rank = shared.rank,
-            world = shared.world,
-            "communicator ready"
-        );
+        tracing::debug!(rank = shared.rank, world = shared.world, "communicator ready");
         Ok(Communicator {
             shared,
             engine: Mutex::new(Some(engine)),
@@ -140,48 +130,13 @@ impl Communicator {
         &self.shared.cfg
     }
 
-    fn sync(
-        &self,
-        task: Task,
-        fp: Fingerprint,
-        io: RawBuf,
-        io_ro: bool,
-        out: RawBuf,
-    ) -> Result<()> {
-        self.shared.run_sync(Request {
-            task,
-            fp,
-            io,
-            io_ro,
-            out,
-        })
+    fn sync(&self, task: Task, fp: Fingerprint, io: RawBuf, io_ro: bool, out: RawBuf) -> Result<()> {
+        self.shared.run_sync(Request { task, fp, io, io_ro, out })
     }
 
-    fn queue<B>(
-        &self,
-        task: Task,
-        fp: Fingerprint,
-        io: RawBuf,
-        io_ro: bool,
-        out: RawBuf,
-        buf: B,
-    ) -> Result<Work<B>> {
-        match self.shared.enqueue(
-            Request {
-                task,
-                fp,
-                io,
-                io_ro,
-                out,
-            },
-            false,
-        )? {
-            Enqueued::Queued(done, seq) => Ok(Work {
-                done,
-                buf: Some(buf),
-                op: fp.op,
-                seq,
-            }),
+    fn queue<B>(&self, task: Task, fp: Fingerprint, io: RawBuf, io_ro: bool, out: RawBuf, buf: B) -> Result<Work<B>> {
+        match self.shared.enqueue(Request { task, fp, io, io_ro, out }, false)? {
+            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op: fp.op, seq }),
             Enqueued::Inline(_) => unreachable!("asynchronous submissions always queue"),
         }
     }
@@ -190,10 +145,7 @@ impl Communicator {
         if root >= self.shared.world {
             return Err(Error::invalid(
                 what,
-                format!(
-                    "rank {root} does not exist in a world of {}",
-                    self.shared.world
-                ),
+                format!("rank {root} does not exist in a world of {}", self.shared.world),
             ));
         }
         Ok(())
@@ -202,27 +154,20 @@ impl Communicator {
     fn check_peer(&self, what: &str, peer: Rank) -> Result<()> {
         self.check_root(what, peer)?;
         if peer == self.shared.rank {
-            return Err(Error::invalid(
-                what,
-                format!("rank {peer} is this rank itself"),
-            ));
+            return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
         }
         Ok(())
     }
 
-    fn check_multiple(
-        &self,
-        what: &str,
-        small: usize,
-        big: usize,
-        small_name: &str,
-        big_name: &str,
-    ) -> Result<()> {
+    fn check_multiple(&self, what: &str, small: usize, big: usize, small_name: &str, big_name: &str) -> Result<()> {
         let n = self.shared.world;
         if small.checked_mul(n) != Some(big) {
             return Err(Error::invalid(
                 what,
-                format!("{big_name} holds {big} elements; it must hold world_size ({n}) x {small_name} ({small}) = {}", small * n),
+                format!(
+                    "{big_name} holds {big} elements; it must hold world_size ({n}) x {small_name} ({small}) = {}",
+                    small * n
+                ),
             ));
         }
         Ok(())
@@ -232,37 +177,14 @@ impl Communicator {
     /// same result.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let fp = fp(OpKind::AllReduce, T::DTYPE, buf.len()).with_reduce_op(op);
-        self.sync(
-            Task::Coll(Coll::AllReduce {
-                count: buf.len(),
-                op,
-            }),
-            fp,
-            raw_mut(buf),
-            false,
-            RawBuf::EMPTY,
-        )
+        self.sync(Task::Coll(Coll::AllReduce { count: buf.len(), op }), fp, raw_mut(buf), false, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::all_reduce`]; the [`Work`] gives the buffer back.
-    pub fn all_reduce_async<T: Element>(
-        &self,
-        mut buf: Vec<T>,
-        op: ReduceOp,
-    ) -> Result<Work<Vec<T>>> {
+    pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Result<Work<Vec<T>>> {
         let fp = fp(OpKind::AllReduce, T::DTYPE, buf.len()).with_reduce_op(op);
         let io = raw_mut(&mut buf);
-        self.queue(
-            Task::Coll(Coll::AllReduce {
-                count: buf.len(),
-                op,
-            }),
-            fp,
-            io,
-            false,
-            RawBuf::EMPTY,
-            buf,
-        )
+        self.queue(Task::Coll(Coll::AllReduce { count: buf.len(), op }), fp, io, false, RawBuf::EMPTY, buf)
     }
 
     /// Concatenates every rank's `input`, in rank order, into `output`
@@ -270,58 +192,23 @@ impl Communicator {
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.check_multiple("all_gather", input.len(), output.len(), "input", "output")?;
         let fp = fp(OpKind::AllGather, T::DTYPE, input.len());
-        self.sync(
-            Task::Coll(Coll::AllGather {
-                per_rank: input.len(),
-            }),
-            fp,
-            raw(input),
-            true,
-            raw_mut(output),
-        )
+        self.sync(Task::Coll(Coll::AllGather { per_rank: input.len() }), fp, raw(input), true, raw_mut(output))
     }
 
     /// Background [`Communicator::all_gather`]; gives `(input, output)` back.
-    pub fn all_gather_async<T: Element>(
-        &self,
-        input: Vec<T>,
-        mut output: Vec<T>,
-    ) -> Result<Work<(Vec<T>, Vec<T>)>> {
+    pub fn all_gather_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
         self.check_multiple("all_gather", input.len(), output.len(), "input", "output")?;
         let fp = fp(OpKind::AllGather, T::DTYPE, input.len());
         let (i, o) = (raw(&input), raw_mut(&mut output));
-        self.queue(
-            Task::Coll(Coll::AllGather {
-                per_rank: input.len(),
-            }),
-            fp,
-            i,
-            true,
-            o,
-            (input, output),
-        )
+        self.queue(Task::Coll(Coll::AllGather { per_rank: input.len() }), fp, i, true, o, (input, output))
     }
 
     /// Reduces `input` (`world_size * output.len()` elements) across ranks
     /// and leaves segment `rank` of the result in `output`.
-    pub fn reduce_scatter<T: Element>(
-        &self,
-        input: &[T],
-        output: &mut [T],
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.check_multiple(
-            "reduce_scatter",
-            output.len(),
-            input.len(),
-            "output",
-            "input",
-        )?;
+    pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+        self.check_multiple("reduce_scatter", output.len(), input.len(), "output", "input")?;
         let fp = fp(OpKind::ReduceScatter, T::DTYPE, input.len()).with_reduce_op(op);
-        let task = Task::Coll(Coll::ReduceScatter {
-            per_rank: output.len(),
-            op,
-        });
+        let task = Task::Coll(Coll::ReduceScatter { per_rank: output.len(), op });
         self.sync(task, fp, raw(input), true, raw_mut(output))
     }
 
@@ -332,18 +219,9 @@ impl Communicator {
         mut output: Vec<T>,
         op: ReduceOp,
     ) -> Result<Work<(Vec<T>, Vec<T>)>> {
-        self.check_multiple(
-            "reduce_scatter",
-            output.len(),
-            input.len(),
-            "output",
-            "input",
-        )?;
+        self.check_multiple("reduce_scatter", output.len(), input.len(), "output", "input")?;
         let fp = fp(OpKind::ReduceScatter, T::DTYPE, input.len()).with_reduce_op(op);
-        let task = Task::Coll(Coll::ReduceScatter {
-            per_rank: output.len(),
-            op,
-        });
+        let task = Task::Coll(Coll::ReduceScatter { per_rank: output.len(), op });
         let (i, o) = (raw(&input), raw_mut(&mut output));
         self.queue(task, fp, i, true, o, (input, output))
     }
@@ -352,16 +230,7 @@ impl Communicator {
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
         self.check_root("broadcast root", root)?;
         let fp = fp(OpKind::Broadcast, T::DTYPE, buf.len()).with_root(root);
-        self.sync(
-            Task::Coll(Coll::Broadcast {
-                count: buf.len(),
-                root,
-            }),
-            fp,
-            raw_mut(buf),
-            false,
-            RawBuf::EMPTY,
-        )
+        self.sync(Task::Coll(Coll::Broadcast { count: buf.len(), root }), fp, raw_mut(buf), false, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::broadcast`].
@@ -369,63 +238,23 @@ impl Communicator {
         self.check_root("broadcast root", root)?;
         let fp = fp(OpKind::Broadcast, T::DTYPE, buf.len()).with_root(root);
         let io = raw_mut(&mut buf);
-        self.queue(
-            Task::Coll(Coll::Broadcast {
-                count: buf.len(),
-                root,
-            }),
-            fp,
-            io,
-            false,
-            RawBuf::EMPTY,
-            buf,
-        )
+        self.queue(Task::Coll(Coll::Broadcast { count: buf.len(), root }), fp, io, false, RawBuf::EMPTY, buf)
     }
 
     /// Reduces `buf` across ranks into `root`'s `buf`; other ranks' buffers
     /// are left unchanged.
     pub fn reduce<T: Element>(&self, buf: &mut [T], root: Rank, op: ReduceOp) -> Result<()> {
         self.check_root("reduce root", root)?;
-        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len())
-            .with_root(root)
-            .with_reduce_op(op);
-        self.sync(
-            Task::Coll(Coll::Reduce {
-                count: buf.len(),
-                root,
-                op,
-            }),
-            fp,
-            raw_mut(buf),
-            false,
-            RawBuf::EMPTY,
-        )
+        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len()).with_root(root).with_reduce_op(op);
+        self.sync(Task::Coll(Coll::Reduce { count: buf.len(), root, op }), fp, raw_mut(buf), false, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::reduce`].
-    pub fn reduce_async<T: Element>(
-        &self,
-        mut buf: Vec<T>,
-        root: Rank,
-        op: ReduceOp,
-    ) -> Result<Work<Vec<T>>> {
+    pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, root: Rank, op: ReduceOp) -> Result<Work<Vec<T>>> {
         self.check_root("reduce root", root)?;
-        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len())
-            .with_root(root)
-            .with_reduce_op(op);
+        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len()).with_root(root).with_reduce_op(op);
         let io = raw_mut(&mut buf);
-        self.queue(
-            Task::Coll(Coll::Reduce {
-                count: buf.len(),
-                root,
-                op,
-            }),
-            fp,
-            io,
-            false,
-            RawBuf::EMPTY,
-            buf,
-        )
+        self.queue(Task::Coll(Coll::Reduce { count: buf.len(), root, op }), fp, io, false, RawBuf::EMPTY, buf)
     }
 
     /// Sends segment `j` of `input` to rank `j` and receives rank `j`'s
@@ -434,32 +263,15 @@ impl Communicator {
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         let per = self.all_to_all_segment(input.len(), output.len())?;
         let fp = fp(OpKind::AllToAll, T::DTYPE, input.len());
-        self.sync(
-            Task::Coll(Coll::AllToAll { per_rank: per }),
-            fp,
-            raw(input),
-            true,
-            raw_mut(output),
-        )
+        self.sync(Task::Coll(Coll::AllToAll { per_rank: per }), fp, raw(input), true, raw_mut(output))
     }
 
     /// Background [`Communicator::all_to_all`]; gives `(input, output)` back.
-    pub fn all_to_all_async<T: Element>(
-        &self,
-        input: Vec<T>,
-        mut output: Vec<T>,
-    ) -> Result<Work<(Vec<T>, Vec<T>)>> {
+    pub fn all_to_all_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
         let per = self.all_to_all_segment(input.len(), output.len())?;
         let fp = fp(OpKind::AllToAll, T::DTYPE, input.len());
         let (i, o) = (raw(&input), raw_mut(&mut output));
-        self.queue(
-            Task::Coll(Coll::AllToAll { per_rank: per }),
-            fp,
-            i,
-            true,
-            o,
-            (input, output),
-        )
+        self.queue(Task::Coll(Coll::AllToAll { per_rank: per }), fp, i, true, o, (input, output))
     }
 
     fn all_to_all_segment(&self, input: usize, output: usize) -> Result<usize> {
@@ -478,16 +290,7 @@ impl Communicator {
     pub fn send<T: Element>(&self, buf: &[T], dst: Rank) -> Result<()> {
         self.check_peer("send destination", dst)?;
         let fp = fp(OpKind::Send, T::DTYPE, buf.len()).with_root(dst);
-        self.sync(
-            Task::Coll(Coll::Send {
-                count: buf.len(),
-                peer: dst,
-            }),
-            fp,
-            raw(buf),
-            true,
-            RawBuf::EMPTY,
-        )
+        self.sync(Task::Coll(Coll::Send { count: buf.len(), peer: dst }), fp, raw(buf), true, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::send`].
@@ -495,33 +298,14 @@ impl Communicator {
         self.check_peer("send destination", dst)?;
         let fp = fp(OpKind::Send, T::DTYPE, buf.len()).with_root(dst);
         let io = raw(&buf);
-        self.queue(
-            Task::Coll(Coll::Send {
-                count: buf.len(),
-                peer: dst,
-            }),
-            fp,
-            io,
-            true,
-            RawBuf::EMPTY,
-            buf,
-        )
+        self.queue(Task::Coll(Coll::Send { count: buf.len(), peer: dst }), fp, io, true, RawBuf::EMPTY, buf)
     }
 
     /// Receives `buf.len()` elements from rank `src`.
     pub fn recv<T: Element>(&self, buf: &mut [T], src: Rank) -> Result<()> {
         self.check_peer("recv source", src)?;
         let fp = fp(OpKind::Recv, T::DTYPE, buf.len()).with_root(src);
-        self.sync(
-            Task::Coll(Coll::Recv {
-                count: buf.len(),
-                peer: src,
-            }),
-            fp,
-            raw_mut(buf),
-            false,
-            RawBuf::EMPTY,
-        )
+        self.sync(Task::Coll(Coll::Recv { count: buf.len(), peer: src }), fp, raw_mut(buf), false, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::recv`].
@@ -529,28 +313,12 @@ impl Communicator {
         self.check_peer("recv source", src)?;
         let fp = fp(OpKind::Recv, T::DTYPE, buf.len()).with_root(src);
         let io = raw_mut(&mut buf);
-        self.queue(
-            Task::Coll(Coll::Recv {
-                count: buf.len(),
-                peer: src,
-            }),
-            fp,
-            io,
-            false,
-            RawBuf::EMPTY,
-            buf,
-        )
+        self.queue(Task::Coll(Coll::Recv { count: buf.len(), peer: src }), fp, io, false, RawBuf::EMPTY, buf)
     }
 
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
-        self.sync(
-            Task::Coll(Coll::Barrier),
-            fp(OpKind::Barrier, DType::U8, 0),
-            RawBuf::EMPTY,
-            false,
-            RawBuf::EMPTY,
-        )
+        self.sync(Task::Coll(Coll::Barrier), fp(OpKind::Barrier, DType::U8, 0), RawBuf::EMPTY, false, RawBuf::EMPTY)
     }
 
     /// Background [`Communicator::barrier`].
@@ -571,17 +339,8 @@ impl Communicator {
     /// `wait_all_ranks`, else the first. The other ranks fail pointing at
     /// rank 0's report. The communicator stays usable afterwards.
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<()> {
-        let task = Task::MonitoredBarrier {
-            timeout,
-            wait_all: wait_all_ranks,
-        };
-        self.sync(
-            task,
-            fp(OpKind::MonitoredBarrier, DType::U8, 0),
-            RawBuf::EMPTY,
-            false,
-            RawBuf::EMPTY,
-        )
+        let task = Task::MonitoredBarrier { timeout, wait_all: wait_all_ranks };
+        self.sync(task, fp(OpKind::MonitoredBarrier, DType::U8, 0), RawBuf::EMPTY, false, RawBuf::EMPTY)
     }
 
     /// The flight recorder: the last `RINGLEADER_FR_SIZE` operations, oldest first.
@@ -595,18 +354,13 @@ impl Communicator {
         let snap = self.shared.snapshot(None);
         self.shared
             .dump_to(&snap, path.map(Path::to_path_buf))
-            .ok_or_else(|| {
-                Error::invalid("dump path", "cannot write the dump (see the warning above)")
-            })
+            .ok_or_else(|| Error::invalid("dump path", "cannot write the dump (see the warning above)"))
     }
 
     /// Aborts the communicator: the running operation and every later one
     /// fail, and the other ranks learn why.
     pub fn abort(&self, reason: &str) {
-        self.shared.abort.abort(Error::aborted(format!(
-            "rank {} called abort: {reason}",
-            self.shared.rank
-        )));
+        self.shared.abort.abort(Error::aborted(format!("rank {} called abort: {reason}", self.shared.rank)));
     }
 
     /// Leaves the job cleanly: the other ranks will read "left" rather than
@@ -622,19 +376,19 @@ impl Communicator {
             return;
         }
         if sh.shutdown() {
-            sh.abort.abort(Error::aborted(
-                "the communicator was destroyed while an operation ran",
-            ));
+            sh.abort.abort(Error::aborted("the communicator was destroyed while an operation ran"));
         }
         if let Some(h) = self.engine.lock().take() {
             let _ = h.join();
         }
-        if !sh.abort.is_aborted() {
-            self.say_goodbye();
-        }
+        // Leave at the store first, then tell the peers: whoever reads the
+        // goodbye frame then finds this rank "left" at the store too.
         self.stop.stop();
         if let Some(h) = self.monitor.lock().take() {
             let _ = h.join();
+        }
+        if !sh.abort.is_aborted() {
+            self.say_goodbye();
         }
         if let Some(server) = self.server.lock().take() {
             self.linger(server);
@@ -659,12 +413,7 @@ impl Communicator {
         let mut store = sh.store.lock();
         while Instant::now() < deadline {
             match store.status(None, Duration::from_millis(200)) {
-                Ok(s)
-                    if s.ranks
-                        .iter()
-                        .filter(|r| r.rank != sh.rank)
-                        .all(|r| r.liveness != Liveness::Connected) =>
-                {
+                Ok(s) if s.ranks.iter().filter(|r| r.rank != sh.rank).all(|r| r.liveness != Liveness::Connected) => {
                     break
                 }
                 Ok(_) => {}

@@ -36,10 +36,7 @@ pub(crate) struct RawBuf {
 unsafe impl Send for RawBuf {}
 
 impl RawBuf {
-    pub(crate) const EMPTY: RawBuf = RawBuf {
-        ptr: std::ptr::null_mut(),
-        len: 0,
-    };
+    pub(crate) const EMPTY: RawBuf = RawBuf { ptr: std::ptr::null_mut(), len: 0 };
 
     pub(crate) fn new(ptr: *mut u8, len: usize) -> RawBuf {
         RawBuf { ptr, len }
@@ -154,10 +151,7 @@ pub(crate) struct Shared {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .finish()
+        f.debug_struct("Shared").field("rank", &self.rank).field("world", &self.world).finish()
     }
 }
 
@@ -197,12 +191,7 @@ impl Shared {
                 recv_seq: vec![0; world],
             }),
             sched_cv: Condvar::new(),
-            exec: Mutex::new(Exec {
-                links,
-                driver: Driver::new(),
-                plan: Plan::default(),
-                scratch: Vec::new(),
-            }),
+            exec: Mutex::new(Exec { links, driver: Driver::new(), plan: Plan::default(), scratch: Vec::new() }),
             failure: Mutex::new(None),
             store: Mutex::new(store),
             store_addr,
@@ -241,16 +230,10 @@ impl Shared {
                 s.seq
             }
         };
-        let (coll_seq, p2p_seq) = if req.fp.op.is_p2p() {
-            (0, seq)
-        } else {
-            (seq, 0)
-        };
+        let (coll_seq, p2p_seq) = if req.fp.op.is_p2p() { (0, seq) } else { (seq, 0) };
         let record = self.fr.record(req.fp, coll_seq, p2p_seq);
         let timeout = match req.task {
-            Task::MonitoredBarrier { timeout, .. } => {
-                self.cfg.timeout.max(timeout + Duration::from_secs(5))
-            }
+            Task::MonitoredBarrier { timeout, .. } => self.cfg.timeout.max(timeout + Duration::from_secs(5)),
             Task::Coll(_) => self.cfg.timeout,
         };
         let done = Completion::new();
@@ -297,15 +280,12 @@ impl Shared {
     /// Waits for a queued operation. The watchdog bounds every operation;
     /// should it fail to, this aborts after the timeout plus a margin.
     pub(crate) fn wait_bounded(&self, done: &Completion) -> Result<()> {
-        let limit = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)) * 2
-            + Duration::from_secs(30);
+        let limit = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)) * 2 + Duration::from_secs(30);
         match done.wait(Some(limit)) {
             Some(r) => r,
             None => {
-                self.abort
-                    .abort(Error::aborted("an operation outlived twice its timeout"));
-                done.wait(None)
-                    .unwrap_or_else(|| Err(Error::aborted("lost completion")))
+                self.abort.abort(Error::aborted("an operation outlived twice its timeout"));
+                done.wait(None).unwrap_or_else(|| Err(Error::aborted("lost completion")))
             }
         }
     }
@@ -340,10 +320,7 @@ impl Shared {
         let mut s = self.sched.lock();
         s.shutdown = true;
         for job in s.queue.drain(..) {
-            let e = Error::aborted(format!(
-                "the communicator was destroyed before {} #{} ran",
-                job.fp.op, job.seq
-            ));
+            let e = Error::aborted(format!("the communicator was destroyed before {} #{} ran", job.fp.op, job.seq));
             self.fr.failed(job.record, &e.to_string(), Vec::new());
             job.done.complete(Err(e));
         }
@@ -360,50 +337,37 @@ impl Shared {
         if let Some(reason) = self.abort.reason() {
             return Err(self.resolve(job, reason));
         }
-        self.op_timeout_ms
-            .store(job.timeout.as_millis() as u64, Ordering::Relaxed);
+        self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
         *self.current.lock() = Some((job.coll_seq(), job.fp));
         self.fr.started_seq(job.record, job.coll_seq());
         let r = match job.task {
             Task::Coll(c) => self.run_coll(job, c),
-            Task::MonitoredBarrier { timeout, wait_all } => {
-                self.monitored_barrier(job, timeout, wait_all)
-            }
+            Task::MonitoredBarrier { timeout, wait_all } => self.monitored_barrier(job, timeout, wait_all),
         };
-        *self.current.lock() = None;
-        match r {
+        let r = match r {
             Ok(()) => {
                 self.fr.completed_seq(job.record, job.coll_seq());
                 Ok(())
             }
             // A monitored barrier reports late ranks; it leaves the
             // communicator usable.
-            Err(e)
-                if matches!(job.task, Task::MonitoredBarrier { .. })
-                    && !self.abort.is_aborted() =>
-            {
+            Err(e) if matches!(job.task, Task::MonitoredBarrier { .. }) && !self.abort.is_aborted() => {
                 self.fr.failed(job.record, &e.to_string(), Vec::new());
                 Err(e)
             }
+            // Still "running" while the verdict is formed: the snapshot must
+            // say where this rank is stuck.
             Err(e) => Err(self.resolve(job, e)),
-        }
+        };
+        *self.current.lock() = None;
+        r
     }
 
     fn run_coll(&self, job: &Job, coll: Coll) -> Result<()> {
         let mut x = self.exec.lock();
-        let Exec {
-            links,
-            driver,
-            plan,
-            scratch,
-        } = &mut *x;
+        let Exec { links, driver, plan, scratch } = &mut *x;
         let dtype = job.fp.dtype;
-        let sh = Shape {
-            rank: self.rank,
-            n: self.world,
-            streams: self.cfg.streams,
-            esz: dtype.size(),
-        };
+        let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
         let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan);
         let words = prep.scratch_bytes.div_ceil(8);
         if scratch.len() < words {
@@ -418,21 +382,9 @@ impl Shared {
         if let Some((from, to)) = prep.copy {
             copy_region(&mut bufs, from, to);
         }
-        let op = OpInfo {
-            seq: job.seq,
-            fingerprint: job.fp,
-            checks: self.cfg.checks,
-        };
+        let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
-        driver.run(
-            links,
-            &mut bufs,
-            plan,
-            &op,
-            &self.abort,
-            Some(deadline),
-            &self.fr.progress().awaited,
-        )?;
+        driver.run(links, &mut bufs, plan, &op, &self.abort, Some(deadline), &self.fr.progress().awaited)?;
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
@@ -448,13 +400,7 @@ impl Shared {
 
     /// This rank's snapshot.
     pub(crate) fn snapshot(&self, observation: Option<Observation>) -> Snapshot {
-        let mut s = Snapshot::new(
-            self.rank,
-            self.world,
-            &self.host,
-            std::process::id(),
-            &self.cfg.run_id,
-        );
+        let mut s = Snapshot::new(self.rank, self.world, &self.host, std::process::id(), &self.cfg.run_id);
         s.beat = self.beat();
         s.entries = self.fr.entries();
         s.observation = observation;

@@ -47,10 +47,7 @@ impl Shared {
         let mut diagnosis = match self.agree(&observation) {
             Ok(d) => d,
             Err(e) => {
-                log::warn(
-                    self.rank,
-                    &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"),
-                );
+                log::warn(self.rank, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
                 self.decide_alone(&observation)
             }
         };
@@ -64,17 +61,17 @@ impl Shared {
         }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
-        log::error(self.rank, &err.to_string());
+        // One line here, for logs where the caller swallows the error; the
+        // error itself carries the full verdict.
+        let text = err.to_string();
+        log::error(self.rank, text.lines().next().unwrap_or_default());
         err
     }
 
     /// Agrees with the other ranks on a verdict through the store.
     fn agree(&self, observation: &Observation) -> Result<Diagnosis, Error> {
         let mut store = self.store.lock();
-        let record = AbortRecord {
-            rank: self.rank,
-            observation: observation.clone(),
-        };
+        let record = AbortRecord { rank: self.rank, observation: observation.clone() };
         store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
         let mine = self.snapshot(Some(observation.clone()));
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
@@ -87,11 +84,7 @@ impl Shared {
         }
         let ev = evidence(&mut store, &status, self.world)?;
         let d = verdict(&ev);
-        let stored = store.compare_set(
-            keys::VERDICT,
-            None,
-            &serde_json::to_vec(&d).unwrap_or_default(),
-        )?;
+        let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
         Ok(serde_json::from_slice(&stored).unwrap_or(d))
     }
 
@@ -138,24 +131,14 @@ impl Shared {
 
     /// Writes `snap` as JSON to `path`, or to the dump directory.
     pub(crate) fn dump_to(&self, snap: &Snapshot, path: Option<PathBuf>) -> Option<PathBuf> {
-        let path = path.unwrap_or_else(|| {
-            self.cfg
-                .dump_dir
-                .join(format!("ringleader-rank{}.json", self.rank))
-        });
+        let path = path.unwrap_or_else(|| self.cfg.dump_dir.join(format!("ringleader-rank{}.json", self.rank)));
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
         match std::fs::write(&path, snap.to_json()) {
             Ok(()) => Some(path),
             Err(e) => {
-                log::warn(
-                    self.rank,
-                    &format!(
-                        "cannot write the flight recorder dump {}: {e}",
-                        path.display()
-                    ),
-                );
+                log::warn(self.rank, &format!("cannot write the flight recorder dump {}: {e}", path.display()));
                 None
             }
         }
@@ -164,9 +147,7 @@ impl Shared {
 
 /// The verdict some rank already offered, if any.
 fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
-    Ok(store
-        .try_get(keys::VERDICT)?
-        .and_then(|v| serde_json::from_slice(&v).ok()))
+    Ok(store.try_get(keys::VERDICT)?.and_then(|v| serde_json::from_slice(&v).ok()))
 }
 
 /// Waits (bounded) until every rank that can still answer published its
@@ -180,10 +161,7 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
             .ranks
             .iter()
             .filter(|r| r.rank != me && r.liveness == StoreLiveness::Connected)
-            .filter(|r| {
-                r.heartbeat_age
-                    .is_some_and(|a| a.as_millis() < STALE_MS as u128)
-            })
+            .filter(|r| r.heartbeat_age.is_some_and(|a| a.as_millis() < STALE_MS as u128))
             .map(|r| keys::snapshot(r.rank))
             .filter(|k| !published.contains(k))
             .collect();
@@ -200,11 +178,7 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
 }
 
 /// Everything the store knows about the job, as verdict evidence.
-pub(crate) fn evidence(
-    store: &mut StoreClient,
-    status: &JobStatus,
-    world: usize,
-) -> Result<Evidence, Error> {
+pub(crate) fn evidence(store: &mut StoreClient, status: &JobStatus, world: usize) -> Result<Evidence, Error> {
     let exits = fetch_prefix(store, keys::EXIT_PREFIX)?;
     let snapshots = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
         .into_iter()
@@ -230,12 +204,7 @@ pub(crate) fn evidence(
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
         })
         .collect();
-    Ok(Evidence {
-        world_size: world,
-        peers,
-        snapshots,
-        stale_after_ms: STALE_MS,
-    })
+    Ok(Evidence { world_size: world, peers, snapshots, stale_after_ms: STALE_MS })
 }
 
 fn fetch_prefix(store: &mut StoreClient, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {

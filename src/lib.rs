@@ -37,8 +37,7 @@ mod work;
 pub use comm::Communicator;
 pub use half::{bf16, f16};
 pub use ringleader_core::{
-    Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result,
-    TransportKind,
+    Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,
 };
 pub use ringleader_diag::{Entry, State};
 pub use work::Work;

@@ -11,19 +11,13 @@ use std::sync::Once;
 /// Prints `[ringleader rank R] warning: msg` on stderr (and emits it to tracing).
 pub(crate) fn warn(rank: Rank, msg: &str) {
     tracing::warn!(rank, "{msg}");
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "[ringleader rank {rank}] warning: {msg}"
-    );
+    let _ = writeln!(std::io::stderr().lock(), "[ringleader rank {rank}] warning: {msg}");
 }
 
 /// Prints `[ringleader rank R] error: msg` on stderr (and emits it to tracing).
 pub(crate) fn error(rank: Rank, msg: &str) {
     tracing::error!(rank, "{msg}");
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "[ringleader rank {rank}] error: {msg}"
-    );
+    let _ = writeln!(std::io::stderr().lock(), "[ringleader rank {rank}] error: {msg}");
 }
 
 /// Installs a tracing subscriber once if `RINGLEADER_LOG` is set.

@@ -126,9 +126,7 @@ impl Monitor {
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        let r = store
-            .heartbeat(&beat)
-            .and_then(|()| store.try_get(keys::DUMP_REQUEST));
+        let r = store.heartbeat(&beat).and_then(|()| store.try_get(keys::DUMP_REQUEST));
         match r {
             Ok(counter) => self.dump_on_request(counter),
             Err(e) => self.store_lost(e),
@@ -152,10 +150,7 @@ impl Monitor {
     fn dump_on_request(&mut self, counter: Option<Vec<u8>>) {
         if counter.is_some() && self.dump_counter.is_some() && counter != self.dump_counter {
             if let Some(p) = self.shared.write_dump(None, None) {
-                log::warn(
-                    self.shared.rank,
-                    &format!("wrote the flight recorder dump {} on request", p.display()),
-                );
+                log::warn(self.shared.rank, &format!("wrote the flight recorder dump {} on request", p.display()));
             }
         }
         if counter.is_some() {
@@ -181,11 +176,7 @@ impl Monitor {
                 self.published = true;
                 let snap = sh.snapshot(None);
                 if let Some(store) = self.store.as_mut() {
-                    let _ = store.compare_set(
-                        &keys::snapshot(sh.rank),
-                        None,
-                        snap.to_json().as_bytes(),
-                    );
+                    let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
                 }
             }
             return;
@@ -205,20 +196,14 @@ impl Monitor {
                 continue;
             }
             let reason = match r.liveness {
-                Liveness::Left => Error::PeerLeft {
-                    peer: r.rank,
-                    op: fp.op,
-                    seq,
-                    their_seq: beat.map_or(0, |b| b.last_started),
-                },
+                Liveness::Left => {
+                    Error::PeerLeft { peer: r.rank, op: fp.op, seq, their_seq: beat.map_or(0, |b| b.last_started) }
+                }
                 _ => Error::PeerLost {
                     peer: r.rank,
                     op: fp.op,
                     seq,
-                    detail: format!(
-                        "its process ({} pid {}) ended without leaving the job",
-                        r.host, r.pid
-                    ),
+                    detail: format!("its process ({} pid {}) ended without leaving the job", r.host, r.pid),
                 },
             };
             sh.abort.abort(reason);
@@ -235,36 +220,28 @@ impl Monitor {
         if sh.destroyed.load(Ordering::Relaxed) {
             return;
         }
-        let rank0_left = self
-            .last_status
-            .as_ref()
-            .and_then(|s| s.rank(0))
-            .is_some_and(|r| r.liveness == Liveness::Left);
+        let rank0_left =
+            self.last_status.as_ref().and_then(|s| s.rank(0)).is_some_and(|r| r.liveness == Liveness::Left);
         let running = *sh.current.lock();
         if let (Some((seq, fp)), true) = (running, sh.store_in_rank0 && sh.rank != 0) {
             let reason = if rank0_left {
-                Error::PeerLeft {
-                    peer: 0,
-                    op: fp.op,
-                    seq,
-                    their_seq: 0,
-                }
+                Error::PeerLeft { peer: 0, op: fp.op, seq, their_seq: 0 }
             } else {
                 Error::PeerLost {
                     peer: 0,
                     op: fp.op,
                     seq,
-                    detail: format!(
-                        "the store it hosted at {} stopped answering ({e})",
-                        sh.store_addr
-                    ),
+                    detail: format!("the store it hosted at {} stopped answering ({e})", sh.store_addr),
                 }
             };
             sh.abort.abort(reason);
         } else if !rank0_left {
             log::warn(
                 sh.rank,
-                &format!("lost the store at {} ({e}); other ranks' failures will now only show as timeouts", sh.store_addr),
+                &format!(
+                    "lost the store at {} ({e}); other ranks' failures will now only show as timeouts",
+                    sh.store_addr
+                ),
             );
         }
     }
@@ -280,11 +257,7 @@ impl Monitor {
                     self.report_completion(seq, fp);
                 }
             }
-            self.watch = Watch {
-                op: running,
-                next_warn: sh.cfg.stall_warn,
-                ..Watch::default()
-            };
+            self.watch = Watch { op: running, next_warn: sh.cfg.stall_warn, ..Watch::default() };
         }
         let Some((seq, fp)) = running else { return };
         let since = Duration::from_nanos(p.running_since.load(Ordering::Relaxed));
@@ -332,23 +305,12 @@ impl Monitor {
                 let inside = b.running.as_ref().is_some_and(|x| x.seq == seq);
                 if seq > 0 && !inside && b.last_completed < seq {
                     outside.push(r.rank);
-                    notes.push(format!(
-                        "rank {} has not entered it (last completed #{})",
-                        r.rank, b.last_completed
-                    ));
+                    notes.push(format!("rank {} has not entered it (last completed #{})", r.rank, b.last_completed));
                 }
             }
         }
-        self.watch.late = if outside.is_empty() {
-            awaited.clone()
-        } else {
-            outside
-        };
-        let mut msg = format!(
-            "[straggler] {} has waited {:.1} s",
-            Self::label(seq, fp),
-            age.as_secs_f64()
-        );
+        self.watch.late = if outside.is_empty() { awaited.clone() } else { outside };
+        let mut msg = format!("[straggler] {} has waited {:.1} s", Self::label(seq, fp), age.as_secs_f64());
         if !notes.is_empty() {
             msg += &format!(": {}", notes.join(", "));
         }
@@ -357,8 +319,7 @@ impl Monitor {
         }
         msg += &format!(
             " (timeout in {:.0} s)",
-            (Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed)).saturating_sub(age))
-                .as_secs_f64()
+            (Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed)).saturating_sub(age)).as_secs_f64()
         );
         log::warn(sh.rank, &msg);
     }
@@ -373,12 +334,6 @@ impl Monitor {
         } else {
             format!("; {} arrived late", fmt_ranks(&self.watch.late))
         };
-        log::warn(
-            sh.rank,
-            &format!(
-                "[straggler] {} completed after a stall{who}",
-                Self::label(seq, fp)
-            ),
-        );
+        log::warn(sh.rank, &format!("[straggler] {} completed after a stall{who}", Self::label(seq, fp)));
     }
 }

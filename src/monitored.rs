@@ -18,18 +18,10 @@ use std::time::{Duration, Instant};
 const OK: &[u8] = b"ok";
 
 impl Shared {
-    pub(crate) fn monitored_barrier(
-        &self,
-        job: &Job,
-        timeout: Duration,
-        wait_all: bool,
-    ) -> Result<()> {
+    pub(crate) fn monitored_barrier(&self, job: &Job, timeout: Duration, wait_all: bool) -> Result<()> {
         let seq = job.seq;
         let mut store = self.store.lock();
-        store.set(
-            &keys::monitored_barrier(seq, &format!("arrived/{}", self.rank)),
-            b"1",
-        )?;
+        store.set(&keys::monitored_barrier(seq, &format!("arrived/{}", self.rank)), b"1")?;
         if self.rank == 0 {
             self.collect_arrivals(&mut store, seq, timeout, wait_all)
         } else {
@@ -37,17 +29,10 @@ impl Shared {
         }
     }
 
-    fn collect_arrivals(
-        &self,
-        store: &mut StoreClient,
-        seq: u64,
-        timeout: Duration,
-        wait_all: bool,
-    ) -> Result<()> {
+    fn collect_arrivals(&self, store: &mut StoreClient, seq: u64, timeout: Duration, wait_all: bool) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let keys: Vec<String> = (1..self.world)
-            .map(|r| keys::monitored_barrier(seq, &format!("arrived/{r}")))
-            .collect();
+        let keys: Vec<String> =
+            (1..self.world).map(|r| keys::monitored_barrier(seq, &format!("arrived/{r}"))).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         match store.wait(&refs, deadline.saturating_duration_since(Instant::now())) {
             Ok(()) => {
@@ -68,22 +53,12 @@ impl Shared {
         }
         let ms = timeout.as_millis();
         let who = if late.len() == 1 { "Rank" } else { "Ranks" };
-        let list = late
-            .iter()
-            .map(|r| r.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = late.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
         let headline = format!("{who} {list} failed to pass monitored_barrier in {ms} ms");
-        let details = match store
-            .status(None, Duration::ZERO)
-            .and_then(|s| evidence(store, &s, self.world))
-        {
-            Ok(ev) => positions(&ev)
-                .into_iter()
-                .enumerate()
-                .filter(|(r, _)| late.contains(r))
-                .map(|(_, l)| l)
-                .collect(),
+        let details = match store.status(None, Duration::ZERO).and_then(|s| evidence(store, &s, self.world)) {
+            Ok(ev) => {
+                positions(&ev).into_iter().enumerate().filter(|(r, _)| late.contains(r)).map(|(_, l)| l).collect()
+            }
             Err(_) => Vec::new(),
         };
         store.set(&keys::monitored_barrier(seq, "result"), headline.as_bytes())?;
@@ -148,13 +123,7 @@ fn culprits_in(report: &str) -> Vec<Rank> {
 mod tests {
     #[test]
     fn culprits_are_read_back_from_the_report() {
-        assert_eq!(
-            super::culprits_in("Ranks 1, 3 failed to pass monitored_barrier in 4000 ms"),
-            vec![1, 3]
-        );
-        assert_eq!(
-            super::culprits_in("Rank 2 failed to pass monitored_barrier in 10 ms"),
-            vec![2]
-        );
+        assert_eq!(super::culprits_in("Ranks 1, 3 failed to pass monitored_barrier in 4000 ms"), vec![1, 3]);
+        assert_eq!(super::culprits_in("Rank 2 failed to pass monitored_barrier in 10 ms"), vec![2]);
     }
 }

@@ -30,12 +30,7 @@ pub(crate) struct PeerInfo {
 
 impl PeerInfo {
     fn member(&self) -> Member {
-        Member {
-            rank: self.rank,
-            host: self.host.clone(),
-            pid: self.pid,
-            world_size: self.world_size,
-        }
+        Member { rank: self.rank, host: self.host.clone(), pid: self.pid, world_size: self.world_size }
     }
 }
 
@@ -51,16 +46,11 @@ pub(crate) struct Joined {
 
 /// This host's name.
 pub(crate) fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 /// Client options for this rank's connections to the store.
@@ -80,10 +70,8 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
     let deadline = start + cfg.init_timeout;
     let server = host_store_if_needed(cfg)?;
     let store_addr = cfg.store_endpoint();
-    let mut member = StoreClient::connect(
-        &store_addr,
-        client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size),
-    )?;
+    let mut member =
+        StoreClient::connect(&store_addr, client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size))?;
     let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
@@ -99,10 +87,7 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
         data_addr: listener.addr().to_string(),
         boot_id: boot_id(),
     };
-    aux.set(
-        &keys::rank(cfg.rank),
-        &serde_json::to_vec(&me).unwrap_or_default(),
-    )?;
+    aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     let peers = wait_for_all(&mut aux, cfg, &me, deadline, abort)?;
     validate(&peers, cfg.rank)?;
     let addrs: Vec<String> = peers.iter().map(|p| p.data_addr.clone()).collect();
@@ -115,28 +100,17 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
             streams: cfg.streams,
             run_id: cfg.run_id.clone(),
             token: cfg.token.clone(),
-            timeout: remaining(deadline)
-                .min(Duration::from_secs(30))
-                .max(Duration::from_secs(1)),
+            timeout: remaining(deadline).min(Duration::from_secs(30)).max(Duration::from_secs(1)),
         },
         abort,
     )?;
     // The member connection is the rank's life line from here on.
     let _ = member.heartbeat(&[]);
-    Ok(Joined {
-        server,
-        member,
-        aux,
-        peers,
-        mesh,
-        store_addr,
-    })
+    Ok(Joined { server, member, aux, peers, mesh, store_addr })
 }
 
 fn remaining(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(100))
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))
 }
 
 fn host_store_if_needed(cfg: &Config) -> Result<Option<StoreServer>> {
@@ -177,14 +151,9 @@ fn wait_for_all(
         check_conflicts(&present, me)?;
         let now = Instant::now();
         if now >= deadline {
-            let joined: Vec<Member> = present
-                .iter()
-                .filter(|p| p.rank < cfg.world_size)
-                .map(PeerInfo::member)
-                .collect();
-            let missing = (0..cfg.world_size)
-                .filter(|r| !present.iter().any(|p| p.rank == *r))
-                .collect();
+            let joined: Vec<Member> =
+                present.iter().filter(|p| p.rank < cfg.world_size).map(PeerInfo::member).collect();
+            let missing = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
             return Err(Error::RendezvousIncomplete {
                 expected: cfg.world_size,
                 joined,
@@ -193,9 +162,7 @@ fn wait_for_all(
             });
         }
         if now >= next_note {
-            let missing: Vec<Rank> = (0..cfg.world_size)
-                .filter(|r| !present.iter().any(|p| p.rank == *r))
-                .collect();
+            let missing: Vec<Rank> = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
             log::warn(
                 cfg.rank,
                 &format!(
@@ -231,10 +198,7 @@ fn registrations(store: &mut StoreClient) -> Result<Vec<PeerInfo>> {
         return Ok(Vec::new());
     }
     let values = store.multi_get(&refs, Duration::from_secs(5))?;
-    let mut v: Vec<PeerInfo> = values
-        .iter()
-        .filter_map(|b| serde_json::from_slice(b).ok())
-        .collect();
+    let mut v: Vec<PeerInfo> = values.iter().filter_map(|b| serde_json::from_slice(b).ok()).collect();
     v.sort_by_key(|p| p.rank);
     Ok(v)
 }
@@ -256,19 +220,13 @@ fn check_conflicts(present: &[PeerInfo], me: &PeerInfo) -> Result<()> {
 /// sizes and versions must agree.
 pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
     let Some(mine) = peers.get(me) else {
-        return Err(Error::invalid(
-            "rank",
-            format!("rank {me} missing from its own rendezvous"),
-        ));
+        return Err(Error::invalid("rank", format!("rank {me} missing from its own rendezvous")));
     };
     check_conflicts(peers, mine)?;
     if peers.iter().any(|p| p.version != mine.version) {
         return Err(Error::VersionMismatch {
             detail: "ranks run different ringleader versions".into(),
-            versions: peers
-                .iter()
-                .map(|p| (format!("rank {} ({})", p.rank, p.host), p.version.clone()))
-                .collect(),
+            versions: peers.iter().map(|p| (format!("rank {} ({})", p.rank, p.host), p.version.clone())).collect(),
         });
     }
     Ok(())

@@ -80,12 +80,7 @@ impl Checker {
     fn check<T: TestElem>(&mut self, what: &str, got: &[T], want: impl Fn(usize) -> T) {
         self.ran += 1;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want(i)) {
-            self.failures.push(format!(
-                "{what} [{}]: element {i} is {:?}, want {:?}",
-                T::DTYPE,
-                got[i],
-                want(i)
-            ));
+            self.failures.push(format!("{what} [{}]: element {i} is {:?}, want {:?}", T::DTYPE, got[i], want(i)));
         }
     }
 }
@@ -96,101 +91,59 @@ fn reduce_ref<T: TestElem>(n: usize, i: usize, op: ReduceOp) -> T {
         ReduceOp::Sum => T::of(vals().sum()),
         ReduceOp::Avg => T::avg(vals().sum(), n),
         // In the type's own order: u8 holds -5 as 251.
-        ReduceOp::Min => vals()
-            .map(T::of)
-            .reduce(|a, b| if b < a { b } else { a })
-            .unwrap(),
-        ReduceOp::Max => vals()
-            .map(T::of)
-            .reduce(|a, b| if b > a { b } else { a })
-            .unwrap(),
+        ReduceOp::Min => vals().map(T::of).reduce(|a, b| if b < a { b } else { a }).unwrap(),
+        ReduceOp::Max => vals().map(T::of).reduce(|a, b| if b > a { b } else { a }).unwrap(),
         ReduceOp::Prod => T::of((0..n).map(|r| factor(r, i)).product()),
     }
 }
 
 fn input<T: TestElem>(rank: usize, len: usize, op: ReduceOp) -> Vec<T> {
-    (0..len)
-        .map(|i| {
-            T::of(if op == ReduceOp::Prod {
-                factor(rank, i)
-            } else {
-                val(rank, i)
-            })
-        })
-        .collect()
+    (0..len).map(|i| T::of(if op == ReduceOp::Prod { factor(rank, i) } else { val(rank, i) })).collect()
 }
 
-fn matrix_for<T: TestElem>(
-    c: &Communicator,
-    ck: &mut Checker,
-    sizes: &[usize],
-) -> ringleader::Result<()> {
+fn matrix_for<T: TestElem>(c: &Communicator, ck: &mut Checker, sizes: &[usize]) -> ringleader::Result<()> {
     let (r, n) = (c.rank(), c.world_size());
     for &len in sizes {
-        for op in [
-            ReduceOp::Sum,
-            ReduceOp::Prod,
-            ReduceOp::Min,
-            ReduceOp::Max,
-            ReduceOp::Avg,
-        ] {
+        for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg] {
             let mut buf = input::<T>(r, len, op);
             c.all_reduce(&mut buf, op)?;
-            ck.check(&format!("all_reduce {op} len {len}"), &buf, |i| {
-                reduce_ref::<T>(n, i, op)
-            });
+            ck.check(&format!("all_reduce {op} len {len}"), &buf, |i| reduce_ref::<T>(n, i, op));
         }
         for op in [ReduceOp::Sum, ReduceOp::Avg] {
             let inp = input::<T>(r, len * n, op);
             let mut out = vec![T::of(0); len];
             c.reduce_scatter(&inp, &mut out, op)?;
-            ck.check(&format!("reduce_scatter {op} len {len}"), &out, |i| {
-                reduce_ref::<T>(n, r * len + i, op)
-            });
-            ck.check(&format!("reduce_scatter input kept len {len}"), &inp, |i| {
-                T::of(val(r, i))
-            });
+            ck.check(&format!("reduce_scatter {op} len {len}"), &out, |i| reduce_ref::<T>(n, r * len + i, op));
+            ck.check(&format!("reduce_scatter input kept len {len}"), &inp, |i| T::of(val(r, i)));
         }
         let inp = input::<T>(r, len, ReduceOp::Sum);
         let mut out = vec![T::of(0); len * n];
         c.all_gather(&inp, &mut out)?;
-        ck.check(&format!("all_gather len {len}"), &out, |i| {
-            T::of(val(i / len.max(1), i % len.max(1)))
-        });
+        ck.check(&format!("all_gather len {len}"), &out, |i| T::of(val(i / len.max(1), i % len.max(1))));
         for root in [0, n - 1] {
             let mut buf = input::<T>(r, len, ReduceOp::Sum);
             c.broadcast(&mut buf, root)?;
-            ck.check(&format!("broadcast root {root} len {len}"), &buf, |i| {
-                T::of(val(root, i))
-            });
+            ck.check(&format!("broadcast root {root} len {len}"), &buf, |i| T::of(val(root, i)));
             let mut buf = input::<T>(r, len, ReduceOp::Sum);
             c.reduce(&mut buf, root, ReduceOp::Max)?;
             if r == root {
-                ck.check(&format!("reduce root {root} len {len}"), &buf, |i| {
-                    reduce_ref::<T>(n, i, ReduceOp::Max)
-                });
+                ck.check(&format!("reduce root {root} len {len}"), &buf, |i| reduce_ref::<T>(n, i, ReduceOp::Max));
             } else {
-                ck.check(&format!("reduce non-root kept len {len}"), &buf, |i| {
-                    T::of(val(r, i))
-                });
+                ck.check(&format!("reduce non-root kept len {len}"), &buf, |i| T::of(val(r, i)));
             }
         }
         let inp = input::<T>(r, len * n, ReduceOp::Sum);
         let mut out = vec![T::of(0); len * n];
         c.all_to_all(&inp, &mut out)?;
         // Segment j of the output is segment r of rank j's input.
-        ck.check(&format!("all_to_all len {len}"), &out, |i| {
-            T::of(val(i / len.max(1), r * len + i % len.max(1)))
-        });
+        ck.check(&format!("all_to_all len {len}"), &out, |i| T::of(val(i / len.max(1), r * len + i % len.max(1))));
         if n > 1 {
             // Ring of sends: async send right, receive from the left.
             let work = c.send_async(input::<T>(r, len, ReduceOp::Sum), (r + 1) % n)?;
             let mut got = vec![T::of(0); len];
             c.recv(&mut got, (r + n - 1) % n)?;
             work.into_inner()?;
-            ck.check(&format!("send/recv len {len}"), &got, |i| {
-                T::of(val((r + n - 1) % n, i))
-            });
+            ck.check(&format!("send/recv len {len}"), &got, |i| T::of(val((r + n - 1) % n, i)));
         }
         c.barrier()?;
     }
@@ -199,10 +152,7 @@ fn matrix_for<T: TestElem>(
 
 fn matrix(sizes: &[usize]) -> i32 {
     let c = Communicator::from_env().expect("init");
-    let mut ck = Checker {
-        failures: Vec::new(),
-        ran: 0,
-    };
+    let mut ck = Checker { failures: Vec::new(), ran: 0 };
     let r = (|| {
         matrix_for::<f32>(&c, &mut ck, sizes)?;
         matrix_for::<f64>(&c, &mut ck, sizes)?;
@@ -230,10 +180,7 @@ fn async_scenario() -> i32 {
     let n = c.world_size();
     // Several operations in flight at once complete in submission order.
     let works: Vec<_> = (0..8)
-        .map(|k| {
-            c.all_reduce_async(vec![k as f32 + c.rank() as f32; 1000 + k], ReduceOp::Sum)
-                .unwrap()
-        })
+        .map(|k| c.all_reduce_async(vec![k as f32 + c.rank() as f32; 1000 + k], ReduceOp::Sum).unwrap())
         .collect();
     let barrier = c.barrier_async().unwrap();
     let mut ok = true;
@@ -245,9 +192,7 @@ fn async_scenario() -> i32 {
     barrier.wait(None).unwrap();
     assert!(barrier.is_completed());
     // A sync call queued behind async work waits its turn.
-    let w = c
-        .all_gather_async(vec![c.rank() as i32; 3], vec![0; 3 * n])
-        .unwrap();
+    let w = c.all_gather_async(vec![c.rank() as i32; 3], vec![0; 3 * n]).unwrap();
     let mut x = [1i64];
     c.all_reduce(&mut x, ReduceOp::Sum).unwrap();
     let (_, out) = w.into_inner().unwrap();
@@ -274,13 +219,7 @@ fn run_matrix(world: usize, scenario: &str, limit: u64) {
     let outs = run(JobSpec::new(world, scenario).limit(limit));
     assert_all_ok(&outs);
     for o in &outs {
-        assert!(
-            o.lines("CHECKED")
-                .first()
-                .is_some_and(|c| c.parse::<usize>().unwrap() > 0),
-            "{}",
-            o.stdout
-        );
+        assert!(o.lines("CHECKED").first().is_some_and(|c| c.parse::<usize>().unwrap() > 0), "{}", o.stdout);
     }
 }
 

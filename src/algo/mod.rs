@@ -71,10 +71,7 @@ pub(crate) struct Shape {
 
 impl Shape {
     pub(crate) fn chan(&self, peer: Rank, k: usize) -> Chan {
-        Chan {
-            peer,
-            stream: (k % self.streams) as u16,
-        }
+        Chan { peer, stream: (k % self.streams) as u16 }
     }
 
     pub(crate) fn right(&self) -> Rank {
@@ -131,11 +128,7 @@ pub(crate) enum Coll {
     /// In place on `count` elements.
     Broadcast { count: usize, root: Rank },
     /// In place on `count` elements; only the root's changes.
-    Reduce {
-        count: usize,
-        root: Rank,
-        op: ReduceOp,
-    },
+    Reduce { count: usize, root: Rank, op: ReduceOp },
     /// `n * per_rank` in and out.
     AllToAll { per_rank: usize },
     /// Nothing moves but empty frames.
@@ -165,16 +158,12 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
     let mut prep = Prep::default();
     let avg = |op: ReduceOp, region: Region| (op == ReduceOp::Avg && n > 1).then_some(region);
     match coll {
-        Coll::AllReduce { count, .. }
-        | Coll::Broadcast { count, .. }
-        | Coll::Reduce { count, .. }
+        Coll::AllReduce { count, .. } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. }
             if count == 0 && n > 1 =>
         {
             tree::barrier(plan, sh)
         }
-        Coll::AllGather { per_rank: 0 } | Coll::ReduceScatter { per_rank: 0, .. } if n > 1 => {
-            tree::barrier(plan, sh)
-        }
+        Coll::AllGather { per_rank: 0 } | Coll::ReduceScatter { per_rank: 0, .. } if n > 1 => tree::barrier(plan, sh),
         Coll::AllReduce { count, op } => {
             if n > 1 {
                 match Algo::pick(count * esz, forced) {
@@ -185,10 +174,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             prep.avg = avg(op, elems(IO, 0, count, esz));
         }
         Coll::AllGather { per_rank } => {
-            prep.copy = Some((
-                elems(IO, 0, per_rank, esz),
-                elems(OUT, r * per_rank, per_rank, esz),
-            ));
+            prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
             if n > 1 {
                 ring::all_gather(plan, sh, per_rank);
             }
@@ -212,8 +198,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
                 match Algo::pick(count * esz, forced) {
                     Algo::Small => {
                         if r != root {
-                            prep.copy =
-                                Some((elems(IO, 0, count, esz), elems(SCRATCH, 0, count, esz)));
+                            prep.copy = Some((elems(IO, 0, count, esz), elems(SCRATCH, 0, count, esz)));
                         }
                         tree::reduce(plan, sh, count, root);
                     }
@@ -226,10 +211,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             }
         }
         Coll::AllToAll { per_rank } => {
-            prep.copy = Some((
-                elems(IO, r * per_rank, per_rank, esz),
-                elems(OUT, r * per_rank, per_rank, esz),
-            ));
+            prep.copy = Some((elems(IO, r * per_rank, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
             pairwise::all_to_all(plan, sh, per_rank);
         }
         Coll::Barrier => tree::barrier(plan, sh),

@@ -11,18 +11,8 @@ pub(crate) fn all_to_all(plan: &mut Plan, sh: Shape, per_rank: usize) {
     for s in 1..sh.n {
         let to = sh.rel(s as isize);
         let from = sh.rel(-(s as isize));
-        plan.send(
-            sh.chan(to, 0),
-            elems(IO, to * per_rank, per_rank, sh.esz),
-            None,
-        );
-        plan.recv(
-            sh.chan(from, 0),
-            elems(OUT, from * per_rank, per_rank, sh.esz),
-            RecvMode::Copy,
-            None,
-            None,
-        );
+        plan.send(sh.chan(to, 0), elems(IO, to * per_rank, per_rank, sh.esz), None);
+        plan.recv(sh.chan(from, 0), elems(OUT, from * per_rank, per_rank, sh.esz), RecvMode::Copy, None, None);
     }
 }
 
@@ -33,11 +23,5 @@ pub(crate) fn send(plan: &mut Plan, sh: Shape, count: usize, peer: usize) {
 
 /// Point-to-point receive into [`IO`] from `peer`.
 pub(crate) fn recv(plan: &mut Plan, sh: Shape, count: usize, peer: usize) {
-    plan.recv(
-        sh.chan(peer, 0),
-        elems(IO, 0, count, sh.esz),
-        RecvMode::Copy,
-        None,
-        None,
-    );
+    plan.recv(sh.chan(peer, 0), elems(IO, 0, count, sh.esz), RecvMode::Copy, None, None);
 }

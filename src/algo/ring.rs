@@ -58,14 +58,7 @@ enum Acc {
 
 /// The reduce-scatter half. In step `s` a rank sends segment `own - s` and
 /// receives segment `own - s - 1`, where it ends owning `own + 1`.
-fn reduce_scatter_steps(
-    plan: &mut Plan,
-    sh: Shape,
-    count: usize,
-    per: usize,
-    acc: Acc,
-    last: &mut LastRecv,
-) {
+fn reduce_scatter_steps(plan: &mut Plan, sh: Shape, count: usize, per: usize, acc: Acc, last: &mut LastRecv) {
     let n = sh.n;
     let shift: isize = match acc {
         Acc::InPlace => 0,
@@ -84,11 +77,7 @@ fn reduce_scatter_steps(
         let mut readers = Vec::new();
         for (k, (off, l)) in chunks(len, per).enumerate() {
             let after = last.get(send_seg, k);
-            readers.push(plan.send(
-                sh.chan(sh.right(), k),
-                elems(sbuf, sbase + off, l, sh.esz),
-                after,
-            ));
+            readers.push(plan.send(sh.chan(sh.right(), k), elems(sbuf, sbase + off, l, sh.esz), after));
         }
         if sbuf == SCRATCH {
             slot_readers[(s - 1) % 2] = readers;
@@ -99,11 +88,9 @@ fn reduce_scatter_steps(
             let own = elems(IO, rstart + off, l, sh.esz);
             let (region, mode, after_send) = match acc {
                 Acc::InPlace => (own, RecvMode::Reduce { with: None }, None),
-                Acc::OutOfPlace { .. } if s == n - 2 => (
-                    elems(OUT, off, l, sh.esz),
-                    RecvMode::Reduce { with: Some(own) },
-                    None,
-                ),
+                Acc::OutOfPlace { .. } if s == n - 2 => {
+                    (elems(OUT, off, l, sh.esz), RecvMode::Reduce { with: Some(own) }, None)
+                }
                 Acc::OutOfPlace { seg } => (
                     elems(SCRATCH, (s % 2) * seg + off, l, sh.esz),
                     RecvMode::Reduce { with: Some(own) },
@@ -133,21 +120,11 @@ fn all_gather_steps(
         let (start, len) = segment(count, n, send_seg);
         for (k, (off, l)) in chunks(len, per).enumerate() {
             let after = last.get(send_seg, k);
-            plan.send(
-                sh.chan(sh.right(), k),
-                elems(buf, start + off, l, sh.esz),
-                after,
-            );
+            plan.send(sh.chan(sh.right(), k), elems(buf, start + off, l, sh.esz), after);
         }
         let (rstart, rlen) = segment(count, n, recv_seg);
         for (k, (off, l)) in chunks(rlen, per).enumerate() {
-            let idx = plan.recv(
-                sh.chan(sh.left(), k),
-                elems(buf, rstart + off, l, sh.esz),
-                RecvMode::Copy,
-                None,
-                None,
-            );
+            let idx = plan.recv(sh.chan(sh.left(), k), elems(buf, rstart + off, l, sh.esz), RecvMode::Copy, None, None);
             last.set(recv_seg, k, idx);
         }
     }
@@ -159,14 +136,7 @@ fn all_gather_steps(
 pub(crate) fn reduce_scatter(plan: &mut Plan, sh: Shape, per_rank: usize) {
     let per = chunk_elems(per_rank, sh.esz);
     let mut last = LastRecv::new(sh.n);
-    reduce_scatter_steps(
-        plan,
-        sh,
-        per_rank * sh.n,
-        per,
-        Acc::OutOfPlace { seg: per_rank },
-        &mut last,
-    );
+    reduce_scatter_steps(plan, sh, per_rank * sh.n, per, Acc::OutOfPlace { seg: per_rank }, &mut last);
 }
 
 /// Out-of-place ring all-gather: [`OUT`] holds `n * per_rank` elements and
@@ -183,8 +153,7 @@ pub(crate) fn broadcast(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
     let per = chunk_elems(count, sh.esz);
     for (k, (off, l)) in chunks(count, per).enumerate() {
         let region = elems(IO, off, l, sh.esz);
-        let got =
-            (pos > 0).then(|| plan.recv(sh.chan(sh.left(), k), region, RecvMode::Copy, None, None));
+        let got = (pos > 0).then(|| plan.recv(sh.chan(sh.left(), k), region, RecvMode::Copy, None, None));
         if pos < sh.n - 1 {
             plan.send(sh.chan(sh.right(), k), region, got);
         }
@@ -203,22 +172,10 @@ pub(crate) fn reduce(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
             plan.send(sh.chan(sh.right(), k), own, None);
         } else if pos < sh.n - 1 {
             let acc = elems(SCRATCH, off, l, sh.esz);
-            let got = plan.recv(
-                sh.chan(sh.left(), k),
-                acc,
-                RecvMode::Reduce { with: Some(own) },
-                None,
-                None,
-            );
+            let got = plan.recv(sh.chan(sh.left(), k), acc, RecvMode::Reduce { with: Some(own) }, None, None);
             plan.send(sh.chan(sh.right(), k), acc, Some(got));
         } else {
-            plan.recv(
-                sh.chan(sh.left(), k),
-                own,
-                RecvMode::Reduce { with: None },
-                None,
-                None,
-            );
+            plan.recv(sh.chan(sh.left(), k), own, RecvMode::Reduce { with: None }, None, None);
         }
     }
 }

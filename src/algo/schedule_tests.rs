@@ -11,9 +11,7 @@ use ringleader_transport::Plan;
 const COUNTS: [usize; 5] = [1, 3, 7, 1000, 40_003];
 
 fn input(rank: usize, len: usize) -> Vec<i64> {
-    (0..len)
-        .map(|i| (rank as i64 + 1) * 1_000_003 + i as i64 * 7 - 50)
-        .collect()
+    (0..len).map(|i| (rank as i64 + 1) * 1_000_003 + i as i64 * 7 - 50).collect()
 }
 
 fn bytes(v: &[i64]) -> Vec<u8> {
@@ -21,9 +19,7 @@ fn bytes(v: &[i64]) -> Vec<u8> {
 }
 
 fn ints(b: &[u8]) -> Vec<i64> {
-    b.chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 /// Runs `coll(rank)` on every rank; returns each rank's (IO, OUT).
@@ -40,19 +36,10 @@ fn simulate(
     let mut ranks = Vec::new();
     let mut preps = Vec::new();
     for r in 0..n {
-        let sh = Shape {
-            rank: r,
-            n,
-            streams,
-            esz: 8,
-        };
+        let sh = Shape { rank: r, n, streams, esz: 8 };
         let mut plan = Plan::default();
         let prep = schedule(coll(r), sh, forced, &mut plan);
-        let mut bufs = vec![
-            bytes(&input(r, io_len)),
-            vec![0u8; out_len * 8],
-            vec![0u8; prep.scratch_bytes],
-        ];
+        let mut bufs = vec![bytes(&input(r, io_len)), vec![0u8; out_len * 8], vec![0u8; prep.scratch_bytes]];
         if let Some((from, to)) = prep.copy {
             let src = bufs[from.buf as usize][from.off..from.off + from.len].to_vec();
             bufs[to.buf as usize][to.off..to.off + to.len].copy_from_slice(&src);
@@ -66,11 +53,7 @@ fn simulate(
         .zip(preps)
         .map(|(mut r, prep)| {
             if let Some(a) = prep.avg {
-                finish_avg(
-                    DType::I64,
-                    &mut r.bufs[a.buf as usize][a.off..a.off + a.len],
-                    n,
-                );
+                finish_avg(DType::I64, &mut r.bufs[a.buf as usize][a.off..a.off + a.len], n);
             }
             (ints(&r.bufs[0]), ints(&r.bufs[1]))
         })
@@ -94,12 +77,7 @@ fn naive(n: usize, len: usize, op: ReduceOp) -> Vec<i64> {
 }
 
 fn variants() -> Vec<(usize, Option<&'static str>, u64)> {
-    vec![
-        (1, Some("small"), 1),
-        (1, Some("large"), 2),
-        (3, Some("large"), 3),
-        (2, None, 4),
-    ]
+    vec![(1, Some("small"), 1), (1, Some("large"), 2), (3, Some("large"), 3), (2, None, 4)]
 }
 
 #[test]
@@ -108,15 +86,10 @@ fn all_reduce_matches_naive() {
         for count in COUNTS {
             for (streams, forced, seed) in variants() {
                 for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
-                    let got = simulate(n, streams, forced, seed, count, 0, op, |_| {
-                        Coll::AllReduce { count, op }
-                    });
+                    let got = simulate(n, streams, forced, seed, count, 0, op, |_| Coll::AllReduce { count, op });
                     let want = naive(n, count, op);
                     for (r, (io, _)) in got.iter().enumerate() {
-                        assert_eq!(
-                            io, &want,
-                            "n={n} count={count} {forced:?} streams={streams} {op:?} rank {r}"
-                        );
+                        assert_eq!(io, &want, "n={n} count={count} {forced:?} streams={streams} {op:?} rank {r}");
                     }
                 }
             }
@@ -129,19 +102,13 @@ fn reduce_scatter_matches_naive() {
     for n in 1..=9 {
         for per in COUNTS {
             for (streams, _, seed) in variants() {
-                let got = simulate(n, streams, None, seed, per * n, per, ReduceOp::Sum, |_| {
-                    Coll::ReduceScatter {
-                        per_rank: per,
-                        op: ReduceOp::Sum,
-                    }
+                let got = simulate(n, streams, None, seed, per * n, per, ReduceOp::Sum, |_| Coll::ReduceScatter {
+                    per_rank: per,
+                    op: ReduceOp::Sum,
                 });
                 let want = naive(n, per * n, ReduceOp::Sum);
                 for (r, (io, out)) in got.iter().enumerate() {
-                    assert_eq!(
-                        out[..],
-                        want[r * per..(r + 1) * per],
-                        "n={n} per={per} rank {r}"
-                    );
+                    assert_eq!(out[..], want[r * per..(r + 1) * per], "n={n} per={per} rank {r}");
                     assert_eq!(io, &input(r, per * n), "input changed");
                 }
             }
@@ -154,8 +121,8 @@ fn all_gather_matches_naive() {
     for n in 1..=9 {
         for per in COUNTS {
             for (streams, _, seed) in variants() {
-                let got = simulate(n, streams, None, seed, per, per * n, ReduceOp::Sum, |_| {
-                    Coll::AllGather { per_rank: per }
+                let got = simulate(n, streams, None, seed, per, per * n, ReduceOp::Sum, |_| Coll::AllGather {
+                    per_rank: per,
                 });
                 let want: Vec<i64> = (0..n).flat_map(|r| input(r, per)).collect();
                 for (r, (_, out)) in got.iter().enumerate() {
@@ -172,8 +139,9 @@ fn broadcast_and_reduce_match_naive() {
         for count in COUNTS {
             for (streams, forced, seed) in variants() {
                 for root in [0, n / 2, n - 1] {
-                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| {
-                        Coll::Broadcast { count, root }
+                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| Coll::Broadcast {
+                        count,
+                        root,
                     });
                     for (r, (io, _)) in got.iter().enumerate() {
                         assert_eq!(
@@ -182,23 +150,14 @@ fn broadcast_and_reduce_match_naive() {
                             "bcast n={n} count={count} root={root} {forced:?} rank {r}"
                         );
                     }
-                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| {
-                        Coll::Reduce {
-                            count,
-                            root,
-                            op: ReduceOp::Sum,
-                        }
+                    let got = simulate(n, streams, forced, seed, count, 0, ReduceOp::Sum, |_| Coll::Reduce {
+                        count,
+                        root,
+                        op: ReduceOp::Sum,
                     });
                     for (r, (io, _)) in got.iter().enumerate() {
-                        let want = if r == root {
-                            naive(n, count, ReduceOp::Sum)
-                        } else {
-                            input(r, count)
-                        };
-                        assert_eq!(
-                            io, &want,
-                            "reduce n={n} count={count} root={root} {forced:?} rank {r}"
-                        );
+                        let want = if r == root { naive(n, count, ReduceOp::Sum) } else { input(r, count) };
+                        assert_eq!(io, &want, "reduce n={n} count={count} root={root} {forced:?} rank {r}");
                     }
                 }
             }
@@ -210,9 +169,7 @@ fn broadcast_and_reduce_match_naive() {
 fn all_to_all_matches_naive() {
     for n in 1..=9 {
         for per in [1, 7, 1000] {
-            let got = simulate(n, 1, None, 9, per * n, per * n, ReduceOp::Sum, |_| {
-                Coll::AllToAll { per_rank: per }
-            });
+            let got = simulate(n, 1, None, 9, per * n, per * n, ReduceOp::Sum, |_| Coll::AllToAll { per_rank: per });
             for (r, (_, out)) in got.iter().enumerate() {
                 for j in 0..n {
                     assert_eq!(
@@ -230,13 +187,8 @@ fn all_to_all_matches_naive() {
 fn barrier_and_empty_collectives_complete() {
     for n in 1..=9 {
         simulate(n, 1, None, 5, 0, 0, ReduceOp::Sum, |_| Coll::Barrier);
-        simulate(n, 1, None, 6, 0, 0, ReduceOp::Sum, |_| Coll::AllReduce {
-            count: 0,
-            op: ReduceOp::Sum,
-        });
-        simulate(n, 1, None, 7, 0, 0, ReduceOp::Sum, |_| Coll::AllGather {
-            per_rank: 0,
-        });
+        simulate(n, 1, None, 6, 0, 0, ReduceOp::Sum, |_| Coll::AllReduce { count: 0, op: ReduceOp::Sum });
+        simulate(n, 1, None, 7, 0, 0, ReduceOp::Sum, |_| Coll::AllGather { per_rank: 0 });
     }
 }
 
@@ -244,15 +196,9 @@ fn barrier_and_empty_collectives_complete() {
 fn send_recv_pairs() {
     let got = simulate(2, 1, None, 3, 100, 0, ReduceOp::Sum, |r| {
         if r == 0 {
-            Coll::Send {
-                count: 100,
-                peer: 1,
-            }
+            Coll::Send { count: 100, peer: 1 }
         } else {
-            Coll::Recv {
-                count: 100,
-                peer: 0,
-            }
+            Coll::Recv { count: 100, peer: 0 }
         }
     });
     assert_eq!(got[1].0, input(0, 100));

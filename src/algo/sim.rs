@@ -61,9 +61,7 @@ pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) 
             for (chan, (items, pos)) in &c.sends {
                 if let Some(&i) = items.get(*pos) {
                     let it = &plan.sends[i as usize];
-                    let room = links
-                        .get(&(r, chan.peer, chan.stream))
-                        .is_none_or(|q| q.is_empty());
+                    let room = links.get(&(r, chan.peer, chan.stream)).is_none_or(|q| q.is_empty());
                     if room && it.after.is_none_or(|d| c.recv_done[d as usize]) {
                         enabled.push((r, *chan, true));
                     }
@@ -72,9 +70,7 @@ pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) 
             for (chan, (items, pos)) in &c.recvs {
                 if let Some(&i) = items.get(*pos) {
                     let it = &plan.recvs[i as usize];
-                    let ready = links
-                        .get(&(chan.peer, r, chan.stream))
-                        .is_some_and(|q| !q.is_empty());
+                    let ready = links.get(&(chan.peer, r, chan.stream)).is_some_and(|q| !q.is_empty());
                     if ready
                         && it.after.is_none_or(|d| c.recv_done[d as usize])
                         && it.after_send.is_none_or(|d| c.send_done[d as usize])
@@ -86,14 +82,9 @@ pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) 
         }
         if enabled.is_empty() {
             let stuck: Vec<_> = (0..n)
-                .filter(|&r| {
-                    !cur[r].send_done.iter().all(|d| *d) || !cur[r].recv_done.iter().all(|d| *d)
-                })
+                .filter(|&r| !cur[r].send_done.iter().all(|d| *d) || !cur[r].recv_done.iter().all(|d| *d))
                 .collect();
-            assert!(
-                stuck.is_empty(),
-                "deadlock: ranks {stuck:?} cannot progress"
-            );
+            assert!(stuck.is_empty(), "deadlock: ranks {stuck:?} cannot progress");
             assert!(links.values().all(|q| q.is_empty()), "frames left unread");
             return;
         }
@@ -109,59 +100,32 @@ pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) 
             *pos += 1;
             let it = ranks[r].plan.sends[i as usize];
             let bytes = region(&ranks[r].bufs, it.region).to_vec();
-            links
-                .entry((r, chan.peer, chan.stream))
-                .or_default()
-                .push_back((tag, bytes));
+            links.entry((r, chan.peer, chan.stream)).or_default().push_back((tag, bytes));
             cur[r].send_done[i as usize] = true;
         } else {
             let (items, pos) = cur[r].recvs.get_mut(&chan).unwrap();
             let i = items[*pos];
             let want_tag = *pos as u32;
             *pos += 1;
-            let (tag, bytes) = links
-                .get_mut(&(chan.peer, r, chan.stream))
-                .unwrap()
-                .pop_front()
-                .unwrap();
+            let (tag, bytes) = links.get_mut(&(chan.peer, r, chan.stream)).unwrap().pop_front().unwrap();
             let it = ranks[r].plan.recvs[i as usize];
             assert_eq!(tag, want_tag, "rank {r} from {chan:?}: frame order");
-            assert_eq!(
-                bytes.len(),
-                it.region.len,
-                "rank {r} from {chan:?}: frame size (tag {tag})"
-            );
+            assert_eq!(bytes.len(), it.region.len, "rank {r} from {chan:?}: frame size (tag {tag})");
             apply(&mut ranks[r].bufs, it.region, it.mode, &bytes, dtype, op);
             cur[r].recv_done[i as usize] = true;
         }
     }
 }
 
-fn apply(
-    bufs: &mut [Vec<u8>],
-    dst: Region,
-    mode: RecvMode,
-    data: &[u8],
-    dtype: DType,
-    op: ReduceOp,
-) {
+fn apply(bufs: &mut [Vec<u8>], dst: Region, mode: RecvMode, data: &[u8], dtype: DType, op: ReduceOp) {
     match mode {
         RecvMode::Copy => bufs[dst.buf as usize][dst.off..dst.off + dst.len].copy_from_slice(data),
-        RecvMode::Reduce { with: None } => reduce_bytes(
-            dtype,
-            op,
-            &mut bufs[dst.buf as usize][dst.off..dst.off + dst.len],
-            data,
-        ),
+        RecvMode::Reduce { with: None } => {
+            reduce_bytes(dtype, op, &mut bufs[dst.buf as usize][dst.off..dst.off + dst.len], data)
+        }
         RecvMode::Reduce { with: Some(w) } => {
             let other = region(bufs, w).to_vec();
-            reduce3_bytes(
-                dtype,
-                op,
-                &mut bufs[dst.buf as usize][dst.off..dst.off + dst.len],
-                &other,
-                data,
-            );
+            reduce3_bytes(dtype, op, &mut bufs[dst.buf as usize][dst.off..dst.off + dst.len], &other, data);
         }
     }
 }

@@ -59,15 +59,7 @@ pub(crate) fn broadcast(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
     let v = (sh.rank + n - root) % n;
     let real = |u: usize| (u + root) % n;
     let all = elems(IO, 0, count, sh.esz);
-    let got = (v > 0).then(|| {
-        plan.recv(
-            sh.chan(real(v - pow2_floor(v)), 0),
-            all,
-            RecvMode::Copy,
-            None,
-            None,
-        )
-    });
+    let got = (v > 0).then(|| plan.recv(sh.chan(real(v - pow2_floor(v)), 0), all, RecvMode::Copy, None, None));
     for c in children(v, n) {
         plan.send(sh.chan(real(c), 0), all, got);
     }
@@ -84,13 +76,7 @@ pub(crate) fn reduce(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
     let acc = elems(if v == 0 { IO } else { SCRATCH }, 0, count, sh.esz);
     let mut prev = None;
     for c in children(v, n).into_iter().rev() {
-        prev = Some(plan.recv(
-            sh.chan(real(c), 0),
-            acc,
-            RecvMode::Reduce { with: None },
-            prev,
-            None,
-        ));
+        prev = Some(plan.recv(sh.chan(real(c), 0), acc, RecvMode::Reduce { with: None }, prev, None));
     }
     if v > 0 {
         plan.send(sh.chan(real(v - pow2_floor(v)), 0), acc, prev);
@@ -107,13 +93,7 @@ pub(crate) fn barrier(plan: &mut Plan, sh: Shape) {
     let mut d = 1;
     while d < sh.n {
         plan.send(sh.chan(sh.rel(d as isize), 0), empty, prev);
-        prev = Some(plan.recv(
-            sh.chan(sh.rel(-(d as isize)), 0),
-            empty,
-            RecvMode::Copy,
-            prev,
-            None,
-        ));
+        prev = Some(plan.recv(sh.chan(sh.rel(-(d as isize)), 0), empty, RecvMode::Copy, prev, None));
         d <<= 1;
     }
 }

@@ -29,17 +29,12 @@ impl Outcome {
     /// Lines of stdout starting with `tag `, without the tag.
     pub fn lines(&self, tag: &str) -> Vec<String> {
         let prefix = format!("{tag} ");
-        self.stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-            .collect()
+        self.stdout.lines().filter_map(|l| l.strip_prefix(&prefix).map(str::to_string)).collect()
     }
 
     /// The single `ERROR` line a failing scenario printed, parsed.
     pub fn error(&self) -> Option<ErrLine> {
-        self.lines("ERROR")
-            .first()
-            .map(|l| serde_json::from_str(l).expect("ERROR line is JSON"))
+        self.lines("ERROR").first().map(|l| serde_json::from_str(l).expect("ERROR line is JSON"))
     }
 }
 
@@ -51,7 +46,42 @@ pub struct ErrLine {
     pub seq: Option<u64>,
     pub op: Option<String>,
     pub elapsed_ms: u64,
+    /// Wall clock when the error arrived, ms since the Unix epoch.
+    pub at_ms: u64,
     pub message: String,
+}
+
+/// Wall clock now, ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A directory for marker files shared by the test and its workers.
+pub fn mark_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("rl-marks-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// In a worker: creates marker `name` in `$RL_MARK_DIR`.
+pub fn mark(name: &str) {
+    if let Ok(d) = std::env::var("RL_MARK_DIR") {
+        let _ = std::fs::write(std::path::Path::new(&d).join(name), b"");
+    }
+}
+
+/// In a test: waits (at most `secs`) for marker `name` in `dir`.
+pub fn wait_mark(dir: &std::path::Path, name: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !dir.join(name).exists() {
+        assert!(Instant::now() < deadline, "marker {name} never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `sig` to process `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
 }
 
 /// A job to run.
@@ -102,11 +132,7 @@ impl<'a> JobSpec<'a> {
 
 /// A free TCP port on loopback (closed again; good enough for tests).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A running job.
@@ -134,30 +160,20 @@ pub fn start(spec: &JobSpec<'_>) -> Running {
     let children = (0..spec.world)
         .map(|rank| {
             let mut c = Command::new(&exe);
-            c.args([
-                "--exact",
-                "worker",
-                "--nocapture",
-                "--test-threads",
-                "1",
-                "-q",
-            ])
-            .env(SCENARIO, spec.scenario)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", spec.world.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .env("RINGLEADER_RUN_ID", &run_id)
-            .env("RINGLEADER_INIT_TIMEOUT", "30")
-            .env(
-                "RINGLEADER_DUMP_DIR",
-                std::env::temp_dir().join(format!("rl-test-dumps-{run_id}")),
-            )
-            .env_remove("RINGLEADER_STORE_ADDR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            c.args(["--exact", "worker", "--nocapture", "--test-threads", "1", "-q"])
+                .env(SCENARIO, spec.scenario)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", spec.world.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("RINGLEADER_RUN_ID", &run_id)
+                .env("RINGLEADER_INIT_TIMEOUT", "30")
+                .env("RINGLEADER_DUMP_DIR", std::env::temp_dir().join(format!("rl-test-dumps-{run_id}")))
+                .env_remove("RINGLEADER_STORE_ADDR")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
             if spec.external_store {
                 c.env("RINGLEADER_STORE_ADDR", &store_addr);
             }
@@ -167,13 +183,7 @@ pub fn start(spec: &JobSpec<'_>) -> Running {
             c.spawn().expect("spawning a worker")
         })
         .collect();
-    Running {
-        children,
-        start,
-        limit: spec.limit,
-        _store: store,
-        store_addr,
-    }
+    Running { children, start, limit: spec.limit, _store: store, store_addr }
 }
 
 impl Running {
@@ -231,10 +241,7 @@ impl Running {
                         re.join().unwrap()
                     );
                 }
-                panic!(
-                    "job exceeded its hard limit of {:?}; killed every rank\n{report}",
-                    self.limit
-                );
+                panic!("job exceeded its hard limit of {:?}; killed every rank\n{report}", self.limit);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -282,6 +289,7 @@ pub fn report_error(e: &ringleader::Error, start: Instant) {
         seq: e.seq(),
         op: e.op().map(|o| o.name().to_string()),
         elapsed_ms: start.elapsed().as_millis() as u64,
+        at_ms: now_ms(),
         message: e.to_string(),
     };
     println!("ERROR {}", serde_json::to_string(&line).unwrap());

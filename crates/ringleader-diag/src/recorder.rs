@@ -68,12 +68,7 @@ impl Entry {
         let fp = &self.fingerprint;
         if fp.op.is_p2p() {
             let dir = if fp.op == OpKind::Send { "to" } else { "from" };
-            format!(
-                "{} #{} ({dir} rank {})",
-                fp.op,
-                self.p2p_seq_id,
-                fp.root.unwrap_or(0)
-            )
+            format!("{} #{} ({dir} rank {})", fp.op, self.p2p_seq_id, fp.root.unwrap_or(0))
         } else {
             format!("{} #{}", fp.op, self.collective_seq_id)
         }
@@ -82,9 +77,7 @@ impl Entry {
 
 /// Wall clock now, ns since the Unix epoch.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Lock-free progress counters of a communicator.
@@ -138,10 +131,7 @@ impl FlightRecorder {
     /// counters), stamping `timeout_ms` on each.
     pub fn new(capacity: usize, timeout_ms: u64) -> FlightRecorder {
         FlightRecorder {
-            ring: Mutex::new(Ring {
-                slots: Vec::with_capacity(capacity),
-                next_id: 0,
-            }),
+            ring: Mutex::new(Ring { slots: Vec::with_capacity(capacity), next_id: 0 }),
             capacity,
             timeout_ms,
             progress: Progress {
@@ -218,8 +208,7 @@ impl FlightRecorder {
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
     pub fn started_seq(&self, id: u64, seq: u64) {
         let p = &self.progress;
-        p.running_since
-            .store(p.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        p.running_since.store(p.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
         p.running.store(id + 1, Ordering::Release);
         if seq > 0 {
             p.last_started.fetch_max(seq, Ordering::Relaxed);
@@ -281,10 +270,7 @@ impl FlightRecorder {
             return None;
         }
         let ring = self.ring.lock();
-        ring.slots
-            .get((id % self.capacity as u64) as usize)
-            .filter(|e| e.record_id == id)
-            .cloned()
+        ring.slots.get((id % self.capacity as u64) as usize).filter(|e| e.record_id == id).cloned()
     }
 }
 

@@ -56,22 +56,14 @@ impl Observation {
             theirs: None,
         };
         match e {
-            Error::PeerLost { peer, .. }
-            | Error::PeerProtocol { peer, .. }
-            | Error::ScheduleMismatch { peer, .. } => o.peer = Some(*peer),
-            Error::PeerLeft {
-                peer, their_seq, ..
-            } => {
+            Error::PeerLost { peer, .. } | Error::PeerProtocol { peer, .. } | Error::ScheduleMismatch { peer, .. } => {
+                o.peer = Some(*peer)
+            }
+            Error::PeerLeft { peer, their_seq, .. } => {
                 o.peer = Some(*peer);
                 o.their_seq = Some(*their_seq);
             }
-            Error::FrameMismatch {
-                peer,
-                ours,
-                their_seq,
-                theirs,
-                ..
-            } => {
+            Error::FrameMismatch { peer, ours, their_seq, theirs, .. } => {
                 o.peer = Some(*peer);
                 o.their_seq = Some(*their_seq);
                 o.ours = Some(*ours);
@@ -234,11 +226,7 @@ impl Snapshot {
             run_id: run_id.into(),
             library_version: ringleader_core::VERSION.into(),
             time_ns: now_ns(),
-            beat: Beat {
-                last_started: 0,
-                last_completed: 0,
-                running: None,
-            },
+            beat: Beat { last_started: 0, last_completed: 0, running: None },
             destroyed: false,
             observation: None,
             entries: Vec::new(),

@@ -49,9 +49,7 @@ impl<'a> Facts<'a> {
                 let snap = ev.snapshots.iter().find(|s| s.rank == rank);
                 Facts {
                     rank,
-                    host: snap
-                        .map(|s| s.host.as_str())
-                        .or(peer.and_then(|p| p.host.as_deref())),
+                    host: snap.map(|s| s.host.as_str()).or(peer.and_then(|p| p.host.as_deref())),
                     pid: snap.map(|s| s.pid).or(peer.and_then(|p| p.pid)),
                     liveness: peer.map_or(Liveness::Unknown, |p| p.liveness),
                     heartbeat_age_ms: peer.and_then(|p| p.heartbeat_age_ms),
@@ -88,9 +86,7 @@ impl<'a> Facts<'a> {
         if let Some(s) = self.snap {
             return s.fingerprint_of(seq);
         }
-        self.running()
-            .filter(|r| r.seq == seq)
-            .map(|r| r.fingerprint)
+        self.running().filter(|r| r.seq == seq).map(|r| r.fingerprint)
     }
 
     fn died(&self) -> bool {
@@ -99,9 +95,7 @@ impl<'a> Facts<'a> {
 
     fn left(&self) -> bool {
         !self.died()
-            && (self.liveness == Liveness::Left
-                || self.exit.is_some()
-                || self.snap.is_some_and(|s| s.destroyed))
+            && (self.liveness == Liveness::Left || self.exit.is_some() || self.snap.is_some_and(|s| s.destroyed))
     }
 
     fn stale(&self, limit_ms: u64) -> bool {
@@ -118,16 +112,11 @@ impl<'a> Facts<'a> {
     fn position(&self, all: &[Facts<'_>]) -> String {
         let mut parts = Vec::new();
         match self.liveness {
-            Liveness::Vanished => {
-                parts.push("its process ended without leaving the job".to_string())
-            }
+            Liveness::Vanished => parts.push("its process ended without leaving the job".to_string()),
             Liveness::Left => parts.push("left the job cleanly".to_string()),
             Liveness::Alive => {
                 if let Some(age) = self.heartbeat_age_ms {
-                    parts.push(format!(
-                        "alive, last heartbeat {:.1} s ago",
-                        age as f64 / 1000.0
-                    ));
+                    parts.push(format!("alive, last heartbeat {:.1} s ago", age as f64 / 1000.0));
                 }
             }
             Liveness::Unknown => {}
@@ -139,11 +128,7 @@ impl<'a> Facts<'a> {
             Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
                 let mut s = format!(
                     "in {} for {:.1} s",
-                    if r.seq > 0 {
-                        format!("{} #{}", r.fingerprint.op, r.seq)
-                    } else {
-                        r.fingerprint.to_string()
-                    },
+                    if r.seq > 0 { format!("{} #{}", r.fingerprint.op, r.seq) } else { r.fingerprint.to_string() },
                     r.running_ms as f64 / 1000.0
                 );
                 if !r.awaited_peers.is_empty() {
@@ -166,16 +151,9 @@ impl<'a> Facts<'a> {
 /// The collective the job is stuck in: the lowest sequence number any rank
 /// is running or failed in.
 fn stuck_seq(facts: &[Facts<'_>]) -> u64 {
-    let running = facts
-        .iter()
-        .filter_map(|f| f.running().map(|r| r.seq).filter(|s| *s > 0));
-    let observed = facts
-        .iter()
-        .filter_map(|f| f.observation().and_then(|o| o.seq).filter(|s| *s > 0));
-    running
-        .chain(observed)
-        .min()
-        .unwrap_or_else(|| facts.iter().map(Facts::last_completed).max().unwrap_or(0) + 1)
+    let running = facts.iter().filter_map(|f| f.running().map(|r| r.seq).filter(|s| *s > 0));
+    let observed = facts.iter().filter_map(|f| f.observation().and_then(|o| o.seq).filter(|s| *s > 0));
+    running.chain(observed).min().unwrap_or_else(|| facts.iter().map(Facts::last_completed).max().unwrap_or(0) + 1)
 }
 
 /// `all_reduce #7`: from `f`'s own record if it has one, else from any rank's.
@@ -188,14 +166,8 @@ fn label_for(all: &[Facts<'_>], f: &Facts<'_>, seq: u64) -> String {
 
 /// The label of collective `seq`, from whichever rank knows its op.
 fn label(facts: &[Facts<'_>], seq: u64) -> (Option<OpKind>, String) {
-    let op = facts
-        .iter()
-        .find_map(|f| f.fingerprint_of(seq))
-        .map(|fp| fp.op);
-    (
-        op,
-        op.map_or(format!("collective #{seq}"), |op| format!("{op} #{seq}")),
-    )
+    let op = facts.iter().find_map(|f| f.fingerprint_of(seq)).map(|fp| fp.op);
+    (op, op.map_or(format!("collective #{seq}"), |op| format!("{op} #{seq}")))
 }
 
 /// One line per rank saying where it is (what it runs, since when, what it
@@ -245,59 +217,63 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
     d
 }
 
-fn diagnosis(
-    kind: ErrorKind,
-    culprits: Vec<Rank>,
-    headline: String,
-    hints: Vec<String>,
-) -> Diagnosis {
-    Diagnosis {
-        kind,
-        culprits,
-        op: None,
-        seq: None,
-        headline,
-        details: Vec::new(),
-        hints,
-    }
+fn diagnosis(kind: ErrorKind, culprits: Vec<Rank>, headline: String, hints: Vec<String>) -> Diagnosis {
+    Diagnosis { kind, culprits, op: None, seq: None, headline, details: Vec::new(), hints }
 }
 
 /// Waiting ranks, for "while ranks 0, 2 wait in ...".
 fn waiting(facts: &[Facts<'_>], seq: u64) -> Vec<Rank> {
     facts
         .iter()
-        .filter(|f| {
-            f.running().is_some_and(|r| r.seq == seq)
-                || f.observation().is_some_and(|o| o.seq == Some(seq))
-        })
+        .filter(|f| f.running().is_some_and(|r| r.seq == seq) || f.observation().is_some_and(|o| o.seq == Some(seq)))
         .map(|f| f.rank)
         .collect()
 }
 
-fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
-    // Which rank used which fingerprint for collective `seq`; a peer's call
-    // seen in a mismatching frame counts as that peer's.
-    let mut calls: Vec<(Rank, Fingerprint)> = facts
-        .iter()
-        .filter_map(|f| f.fingerprint_of(seq).map(|fp| (f.rank, fp)))
-        .collect();
-    let mut diverged = None;
+/// The collectives worth comparing: the stuck one, those named in
+/// observations, and every one that two ranks both recorded, lowest first.
+/// A rank that only sends in a collective (a broadcast root) cannot see that
+/// a peer disagrees; the disagreement surfaces one call later, so the verdict
+/// must look back to the first collective where the records differ.
+fn candidate_seqs(facts: &[Facts<'_>], seq: u64) -> Vec<u64> {
+    let mut seen: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for f in facts {
+        if let Some(s) = f.snap {
+            let mut mine: Vec<u64> =
+                s.entries.iter().filter(|e| !e.fingerprint.op.is_p2p()).map(|e| e.collective_seq_id).collect();
+            mine.dedup();
+            for q in mine {
+                *seen.entry(q).or_default() += 1;
+            }
+        }
+    }
+    let mut c: Vec<u64> = seen.into_iter().filter(|(_, n)| *n >= 2).map(|(q, _)| q).collect();
+    c.push(seq);
+    for f in facts {
+        if let Some(o) = f.observation() {
+            c.extend(o.seq);
+            c.extend(o.their_seq);
+        }
+    }
+    c.retain(|q| *q > 0);
+    c.sort_unstable();
+    c.dedup();
+    c
+}
+
+/// Which rank used which fingerprint for collective `seq` (a peer's call
+/// seen in a mismatching frame counts as that peer's), grouped; the largest
+/// group (ties: the one holding the lowest rank) first, taken as the
+/// intended call.
+fn fingerprint_groups(facts: &[Facts<'_>], seq: u64) -> Vec<(Fingerprint, Vec<Rank>)> {
+    let mut calls: Vec<(Rank, Fingerprint)> =
+        facts.iter().filter_map(|f| f.fingerprint_of(seq).map(|fp| (f.rank, fp))).collect();
     for f in facts {
         let Some(o) = f.observation() else { continue };
-        let (Some(peer), Some(theirs), Some(their_seq)) = (o.peer, o.theirs, o.their_seq) else {
-            continue;
-        };
-        if their_seq == seq && !calls.iter().any(|(r, _)| *r == peer) {
-            calls.push((peer, theirs));
-        } else if their_seq != o.seq.unwrap_or(seq) && diverged.is_none() {
-            diverged = Some((
-                f.rank,
-                peer,
-                o.ours,
-                o.seq.unwrap_or(seq),
-                theirs,
-                their_seq,
-            ));
+        if let (Some(peer), Some(theirs), Some(their_seq)) = (o.peer, o.theirs, o.their_seq) {
+            if their_seq == seq && !calls.iter().any(|(r, _)| *r == peer) {
+                calls.push((peer, theirs));
+            }
         }
     }
     let mut groups: Vec<(Fingerprint, Vec<Rank>)> = Vec::new();
@@ -310,40 +286,56 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
             None => groups.push((fp, vec![rank])),
         }
     }
-    let hint = "every rank must call the same collectives in the same order, with the same shape, dtype, root and reduce op: \
+    for (_, ranks) in groups.iter_mut() {
+        ranks.sort_unstable();
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1[0].cmp(&b.1[0])));
+    groups
+}
+
+fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
+    let hint =
+        "every rank must call the same collectives in the same order, with the same shape, dtype, root and reduce op: \
                 look for rank-dependent shapes, a rank-conditional call, or an uneven number of iterations"
-        .to_string();
-    if groups.len() > 1 {
-        for (_, ranks) in groups.iter_mut() {
-            ranks.sort_unstable();
+            .to_string();
+    for q in candidate_seqs(facts, seq) {
+        let groups = fingerprint_groups(facts, q);
+        if groups.len() < 2 {
+            continue;
         }
-        // The largest group (ties: the one holding the lowest rank) is taken
-        // as the intended call; the others are the culprits.
-        groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1[0].cmp(&b.1[0])));
-        let mut culprits: Vec<Rank> = groups[1..]
-            .iter()
-            .flat_map(|(_, r)| r.iter().copied())
-            .collect();
+        let mut culprits: Vec<Rank> = groups[1..].iter().flat_map(|(_, r)| r.iter().copied()).collect();
         culprits.sort_unstable();
-        let listing = groups
-            .iter()
-            .map(|(fp, ranks)| format!("{} called {fp}", fmt_ranks(ranks)))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let ops: Vec<OpKind> = groups.iter().map(|(fp, _)| fp.op).collect();
+        let listing =
+            groups.iter().map(|(fp, ranks)| format!("{} called {fp}", fmt_ranks(ranks))).collect::<Vec<_>>().join("; ");
         let mut d = diagnosis(
             ErrorKind::Mismatch,
             culprits,
-            format!("ranks called collective #{seq} with different arguments: {listing}"),
+            format!("ranks called collective #{q} with different arguments: {listing}"),
             vec![hint],
         );
-        if ops.iter().any(|o| *o != ops[0]) {
-            d.hints.insert(0, "the ranks are in different collectives: one rank skipped or added a call, or they run their calls in a different order".into());
+        if groups.iter().any(|(fp, _)| fp.op != groups[0].0.op) {
+            d.hints.insert(
+                0,
+                "the ranks are in different collectives: one rank skipped or added a call, or they run their calls in a different order".into(),
+            );
+        }
+        if q != seq {
+            d.hints.insert(
+                0,
+                format!("the ranks only noticed at collective #{seq}: in #{q} some rank only sent data, which cannot reveal a disagreement"),
+            );
         }
         d.op = Some(groups[0].0.op);
+        d.seq = Some(q);
         return Some(d);
     }
-    let (rank, peer, ours, our_seq, theirs, their_seq) = diverged?;
+    // No two records disagree, but a frame came from another collective.
+    let (rank, peer, ours, our_seq, theirs, their_seq) = facts.iter().find_map(|f| {
+        let o = f.observation()?;
+        let (peer, theirs, their_seq) = (o.peer?, o.theirs?, o.their_seq?);
+        let our_seq = o.seq.unwrap_or(seq);
+        (their_seq != our_seq).then_some((f.rank, peer, o.ours, our_seq, theirs, their_seq))
+    })?;
     let ours = ours.map_or(what.to_string(), |fp| format!("{} #{our_seq}", fp.op));
     Some(diagnosis(
         ErrorKind::Mismatch,
@@ -357,10 +349,7 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
 }
 
 fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
-    let dead: Vec<&Facts<'_>> = facts
-        .iter()
-        .filter(|f| f.died() && !f.completed(seq))
-        .collect();
+    let dead: Vec<&Facts<'_>> = facts.iter().filter(|f| f.died() && !f.completed(seq)).collect();
     if dead.is_empty() {
         return None;
     }
@@ -372,23 +361,13 @@ fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let during = if dead
-        .iter()
-        .all(|f| f.running().is_some_and(|r| r.seq == seq))
-    {
+    let during = if dead.iter().all(|f| f.running().is_some_and(|r| r.seq == seq)) {
         format!("during {what}")
     } else {
         format!("before completing {what}")
     };
-    let hosts: Vec<String> = dead
-        .iter()
-        .filter_map(|f| f.host.map(str::to_string))
-        .collect();
-    let on = if hosts.is_empty() {
-        String::new()
-    } else {
-        format!(" on {}", hosts.join(", "))
-    };
+    let hosts: Vec<String> = dead.iter().filter_map(|f| f.host.map(str::to_string)).collect();
+    let on = if hosts.is_empty() { String::new() } else { format!(" on {}", hosts.join(", ")) };
     Some(diagnosis(
         ErrorKind::PeerDied,
         dead.iter().map(|f| f.rank).collect(),
@@ -401,10 +380,7 @@ fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
 }
 
 fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
-    let gone: Vec<&Facts<'_>> = facts
-        .iter()
-        .filter(|f| f.left() && !f.completed(seq))
-        .collect();
+    let gone: Vec<&Facts<'_>> = facts.iter().filter(|f| f.left() && !f.completed(seq)).collect();
     if gone.is_empty() {
         return None;
     }
@@ -421,11 +397,7 @@ fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         .collect::<Vec<_>>()
         .join("; ");
     if !waiters.is_empty() {
-        line += &format!(
-            ", while {} wait{} in it",
-            fmt_ranks(&waiters),
-            if waiters.len() == 1 { "s" } else { "" }
-        );
+        line += &format!(", while {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });
     }
     Some(diagnosis(
         ErrorKind::MissedCollective,
@@ -436,10 +408,7 @@ fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
 }
 
 fn stalled(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Diagnosis> {
-    let frozen: Vec<&Facts<'_>> = facts
-        .iter()
-        .filter(|f| f.stale(limit_ms) && !f.completed(seq))
-        .collect();
+    let frozen: Vec<&Facts<'_>> = facts.iter().filter(|f| f.stale(limit_ms) && !f.completed(seq)).collect();
     if frozen.is_empty() {
         return None;
     }
@@ -448,14 +417,14 @@ fn stalled(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<D
         .map(|f| {
             let age = f.heartbeat_age_ms.unwrap_or(0) as f64 / 1000.0;
             let inside = if f.running().is_some_and(|r| r.seq == seq) { "inside" } else { "before entering" };
-            format!("{} stopped responding {inside} {what}: its process is alive but sent no heartbeat for {age:.1} s", f.who())
+            format!(
+                "{} stopped responding {inside} {what}: its process is alive but sent no heartbeat for {age:.1} s",
+                f.who()
+            )
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let pids: Vec<String> = frozen
-        .iter()
-        .filter_map(|f| f.pid.map(|p| p.to_string()))
-        .collect();
+    let pids: Vec<String> = frozen.iter().filter_map(|f| f.pid.map(|p| p.to_string())).collect();
     let pid = pids.first().cloned().unwrap_or_else(|| "PID".into());
     Some(diagnosis(
         ErrorKind::PeerStalled,
@@ -483,11 +452,7 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
         return None;
     }
     let waiters = waiting(facts, seq);
-    let names = outside
-        .iter()
-        .map(|f| f.who())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = outside.iter().map(|f| f.who()).collect::<Vec<_>>().join(", ");
     let last = outside
         .iter()
         .map(|f| match f.last_completed() {
@@ -498,16 +463,9 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
         .join(", ");
     let mut line = format!("{names} did not enter {what}; {last}");
     if !waiters.is_empty() {
-        line += &format!(
-            "; {} wait{} in it",
-            fmt_ranks(&waiters),
-            if waiters.len() == 1 { "s" } else { "" }
-        );
+        line += &format!("; {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });
     }
-    let pid = outside
-        .iter()
-        .find_map(|f| f.pid)
-        .map_or("PID".into(), |p| p.to_string());
+    let pid = outside.iter().find_map(|f| f.pid).map_or("PID".into(), |p| p.to_string());
     Some(diagnosis(
         ErrorKind::MissedCollective,
         outside.iter().map(|f| f.rank).collect(),
@@ -520,11 +478,7 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
 }
 
 fn timeout(facts: &[Facts<'_>], what: &str) -> Diagnosis {
-    let waiting: Vec<Rank> = facts
-        .iter()
-        .filter(|f| f.running().is_some())
-        .map(|f| f.rank)
-        .collect();
+    let waiting: Vec<Rank> = facts.iter().filter(|f| f.running().is_some()).map(|f| f.rank).collect();
     diagnosis(
         ErrorKind::Timeout,
         Vec::new(),

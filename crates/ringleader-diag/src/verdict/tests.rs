@@ -53,12 +53,7 @@ fn snap(rank: Rank, b: Beat, history: &[(u64, Fingerprint)], obs: Option<Error>)
 }
 
 fn ev(world: usize, peers: Vec<PeerView>, snapshots: Vec<Snapshot>) -> Evidence {
-    Evidence {
-        world_size: world,
-        peers,
-        snapshots,
-        stale_after_ms: 5_000,
-    }
+    Evidence { world_size: world, peers, snapshots, stale_after_ms: 5_000 }
 }
 
 #[test]
@@ -68,31 +63,16 @@ fn skipped_collective_whose_skipper_exited() {
     let e = ev(
         2,
         vec![
-            peer(
-                0,
-                Liveness::Alive,
-                Some(200),
-                beat(1, Some((2, ar(1))), vec![1]),
-            ),
+            peer(0, Liveness::Alive, Some(200), beat(1, Some((2, ar(1))), vec![1])),
             peer(1, Liveness::Left, None, beat(1, None, vec![])),
         ],
-        vec![snap(
-            0,
-            beat(1, Some((2, ar(1))), vec![1]),
-            &[(1, ar(1)), (2, ar(1))],
-            None,
-        )],
+        vec![snap(0, beat(1, Some((2, ar(1))), vec![1]), &[(1, ar(1)), (2, ar(1))], None)],
     );
     let d = verdict(&e);
     assert_eq!(d.kind, ErrorKind::MissedCollective);
     assert_eq!(d.culprits, vec![1]);
     assert_eq!((d.op, d.seq), (Some(OpKind::AllReduce), Some(2)));
-    assert!(
-        d.headline
-            .contains("rank 1 (node1 pid 1001) did not enter all_reduce #2"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("rank 1 (node1 pid 1001) did not enter all_reduce #2"), "{}", d.headline);
     assert!(d.headline.contains("after all_reduce #1"), "{}", d.headline);
     assert!(d.headline.contains("rank 0 waits"), "{}", d.headline);
     assert_eq!(d.details.len(), 2);
@@ -103,38 +83,17 @@ fn skipped_collective_whose_skipper_is_alive() {
     let e = ev(
         3,
         vec![
-            peer(
-                0,
-                Liveness::Alive,
-                Some(300),
-                beat(4, Some((5, ar(8))), vec![2]),
-            ),
-            peer(
-                1,
-                Liveness::Alive,
-                Some(300),
-                beat(4, Some((5, ar(8))), vec![2]),
-            ),
+            peer(0, Liveness::Alive, Some(300), beat(4, Some((5, ar(8))), vec![2])),
+            peer(1, Liveness::Alive, Some(300), beat(4, Some((5, ar(8))), vec![2])),
             peer(2, Liveness::Alive, Some(400), beat(4, None, vec![])),
         ],
         vec![],
     );
     let d = verdict(&e);
-    assert_eq!(
-        (d.kind, d.culprits.clone()),
-        (ErrorKind::MissedCollective, vec![2])
-    );
-    assert!(
-        d.headline.contains("did not enter all_reduce #5"),
-        "{}",
-        d.headline
-    );
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::MissedCollective, vec![2]));
+    assert!(d.headline.contains("did not enter all_reduce #5"), "{}", d.headline);
     // Nobody recorded #4 (heartbeats only carry the op in flight).
-    assert!(
-        d.headline.contains("rank 2 last completed collective #4"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("rank 2 last completed collective #4"), "{}", d.headline);
     assert!(d.hints.iter().any(|h| h.contains("py-spy dump --pid 1002")));
 }
 
@@ -151,18 +110,8 @@ fn shape_mismatch_names_both_fingerprints() {
     );
     let d = verdict(&e);
     assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::Mismatch, vec![1]));
-    assert!(
-        d.headline
-            .contains("ranks 0, 2 called all_reduce(f32 x 1, sum)"),
-        "{}",
-        d.headline
-    );
-    assert!(
-        d.headline
-            .contains("rank 1 called all_reduce(f32 x 2, sum)"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("ranks 0, 2 called all_reduce(f32 x 1, sum)"), "{}", d.headline);
+    assert!(d.headline.contains("rank 1 called all_reduce(f32 x 2, sum)"), "{}", d.headline);
 }
 
 #[test]
@@ -175,16 +124,7 @@ fn mismatch_seen_only_in_a_frame_still_names_the_peer() {
         their_seq: 3,
         theirs: Fingerprint::new(OpKind::AllReduce, DType::F64, 4).with_reduce_op(ReduceOp::Sum),
     };
-    let e = ev(
-        2,
-        vec![],
-        vec![snap(
-            0,
-            beat(2, Some((3, ar(4))), vec![1]),
-            &[(3, ar(4))],
-            Some(err),
-        )],
-    );
+    let e = ev(2, vec![], vec![snap(0, beat(2, Some((3, ar(4))), vec![1]), &[(3, ar(4))], Some(err))]);
     let d = verdict(&e);
     assert_eq!(d.kind, ErrorKind::Mismatch);
     assert!(d.headline.contains("f64 x 4"), "{}", d.headline);
@@ -194,20 +134,14 @@ fn mismatch_seen_only_in_a_frame_still_names_the_peer() {
 #[test]
 fn dtype_root_reduce_op_and_order_mismatches() {
     let cases = [
-        (
-            ar(4),
-            Fingerprint::new(OpKind::AllReduce, DType::I64, 4).with_reduce_op(ReduceOp::Sum),
-        ),
+        (ar(4), Fingerprint::new(OpKind::AllReduce, DType::I64, 4).with_reduce_op(ReduceOp::Sum)),
         (
             Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(0),
             Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(1),
         ),
         (ar(4), ar(4).with_reduce_op(ReduceOp::Max)),
         (ar(4), Fingerprint::new(OpKind::Barrier, DType::U8, 0)),
-        (
-            Fingerprint::new(OpKind::AllGather, DType::F32, 4),
-            Fingerprint::new(OpKind::AllGather, DType::F32, 5),
-        ),
+        (Fingerprint::new(OpKind::AllGather, DType::F32, 4), Fingerprint::new(OpKind::AllGather, DType::F32, 5)),
     ];
     for (a, b) in cases {
         let e = ev(
@@ -222,11 +156,7 @@ fn dtype_root_reduce_op_and_order_mismatches() {
         assert_eq!(d.kind, ErrorKind::Mismatch, "{a} vs {b}");
         assert_eq!(d.culprits, vec![1]);
         assert_eq!(d.seq, Some(7));
-        assert!(
-            d.headline.contains(&a.to_string()) && d.headline.contains(&b.to_string()),
-            "{}",
-            d.headline
-        );
+        assert!(d.headline.contains(&a.to_string()) && d.headline.contains(&b.to_string()), "{}", d.headline);
         if a.op != b.op {
             assert!(d.hints[0].contains("different collectives"));
         }
@@ -241,18 +171,8 @@ fn uneven_iterations_show_up_as_different_collectives() {
         2,
         vec![],
         vec![
-            snap(
-                0,
-                beat(4, Some((5, ar(2))), vec![1]),
-                &[(4, ar(2)), (5, ar(2))],
-                None,
-            ),
-            snap(
-                1,
-                beat(4, Some((5, bar)), vec![0]),
-                &[(4, ar(2)), (5, bar)],
-                None,
-            ),
+            snap(0, beat(4, Some((5, ar(2))), vec![1]), &[(4, ar(2)), (5, ar(2))], None),
+            snap(1, beat(4, Some((5, bar)), vec![0]), &[(4, ar(2)), (5, bar)], None),
         ],
     );
     let d = verdict(&e);
@@ -262,45 +182,22 @@ fn uneven_iterations_show_up_as_different_collectives() {
 
 #[test]
 fn killed_rank_is_peer_died_with_host_pid_and_exit() {
-    let mut p1 = peer(
-        1,
-        Liveness::Vanished,
-        None,
-        beat(6, Some((7, ar(1 << 20))), vec![]),
-    );
+    let mut p1 = peer(1, Liveness::Vanished, None, beat(6, Some((7, ar(1 << 20))), vec![]));
     p1.exit = Some("killed by signal 9 (SIGKILL)".into());
     let e = ev(
         3,
         vec![
-            peer(
-                0,
-                Liveness::Alive,
-                Some(100),
-                beat(6, Some((7, ar(1 << 20))), vec![1]),
-            ),
+            peer(0, Liveness::Alive, Some(100), beat(6, Some((7, ar(1 << 20))), vec![1])),
             p1,
-            peer(
-                2,
-                Liveness::Alive,
-                Some(100),
-                beat(6, Some((7, ar(1 << 20))), vec![1]),
-            ),
+            peer(2, Liveness::Alive, Some(100), beat(6, Some((7, ar(1 << 20))), vec![1])),
         ],
         vec![],
     );
     let d = verdict(&e);
     assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::PeerDied, vec![1]));
-    assert!(
-        d.headline.contains("rank 1 (node1 pid 1001)"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("rank 1 (node1 pid 1001)"), "{}", d.headline);
     assert!(d.headline.contains("SIGKILL"), "{}", d.headline);
-    assert!(
-        d.headline.contains("during all_reduce #7"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("during all_reduce #7"), "{}", d.headline);
     assert!(d.hints[0].contains("dmesg") && d.hints[0].contains("node1"));
 }
 
@@ -309,36 +206,14 @@ fn stopped_rank_is_peer_stalled() {
     let e = ev(
         2,
         vec![
-            peer(
-                0,
-                Liveness::Alive,
-                Some(300),
-                beat(2, Some((3, ar(1))), vec![1]),
-            ),
-            peer(
-                1,
-                Liveness::Alive,
-                Some(9_800),
-                beat(2, Some((3, ar(1))), vec![]),
-            ),
+            peer(0, Liveness::Alive, Some(300), beat(2, Some((3, ar(1))), vec![1])),
+            peer(1, Liveness::Alive, Some(9_800), beat(2, Some((3, ar(1))), vec![])),
         ],
-        vec![snap(
-            0,
-            beat(2, Some((3, ar(1))), vec![1]),
-            &[(3, ar(1))],
-            None,
-        )],
+        vec![snap(0, beat(2, Some((3, ar(1))), vec![1]), &[(3, ar(1))], None)],
     );
     let d = verdict(&e);
-    assert_eq!(
-        (d.kind, d.culprits.clone()),
-        (ErrorKind::PeerStalled, vec![1])
-    );
-    assert!(
-        d.headline.contains("no heartbeat for 9.8 s"),
-        "{}",
-        d.headline
-    );
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::PeerStalled, vec![1]));
+    assert!(d.headline.contains("no heartbeat for 9.8 s"), "{}", d.headline);
     assert!(d.hints.iter().any(|h| h.contains("ps -o stat= -p 1001")));
 }
 
@@ -347,18 +222,8 @@ fn everyone_inside_is_a_plain_timeout() {
     let e = ev(
         2,
         vec![
-            peer(
-                0,
-                Liveness::Alive,
-                Some(300),
-                beat(2, Some((3, ar(1))), vec![1]),
-            ),
-            peer(
-                1,
-                Liveness::Alive,
-                Some(300),
-                beat(2, Some((3, ar(1))), vec![0]),
-            ),
+            peer(0, Liveness::Alive, Some(300), beat(2, Some((3, ar(1))), vec![1])),
+            peer(1, Liveness::Alive, Some(300), beat(2, Some((3, ar(1))), vec![0])),
         ],
         vec![],
     );
@@ -370,30 +235,11 @@ fn everyone_inside_is_a_plain_timeout() {
 
 #[test]
 fn diverged_sequences_from_a_frame() {
-    let err = Error::FrameMismatch {
-        peer: 1,
-        seq: 3,
-        ours: ar(4),
-        their_seq: 4,
-        theirs: ar(4),
-    };
-    let e = ev(
-        2,
-        vec![],
-        vec![snap(
-            0,
-            beat(2, Some((3, ar(4))), vec![1]),
-            &[(3, ar(4))],
-            Some(err),
-        )],
-    );
+    let err = Error::FrameMismatch { peer: 1, seq: 3, ours: ar(4), their_seq: 4, theirs: ar(4) };
+    let e = ev(2, vec![], vec![snap(0, beat(2, Some((3, ar(4))), vec![1]), &[(3, ar(4))], Some(err))]);
     let d = verdict(&e);
     assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::Mismatch, vec![1]));
-    assert!(
-        d.headline.contains("#4") && d.headline.contains("#3"),
-        "{}",
-        d.headline
-    );
+    assert!(d.headline.contains("#4") && d.headline.contains("#3"), "{}", d.headline);
 }
 
 #[test]
@@ -408,4 +254,27 @@ fn verdict_does_not_depend_on_arrival_order() {
     let b = verdict(&ev(3, vec![], snaps));
     assert_eq!(a, b);
     assert_eq!(a.culprits, vec![1, 2]);
+}
+
+#[test]
+fn a_disagreement_noticed_one_call_late_names_the_call_where_it_happened() {
+    // Broadcast #2 with different roots: the roots only send, so nobody saw
+    // it; barrier #3 then met the stray frames.
+    let b0 = Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(0);
+    let b1 = Fingerprint::new(OpKind::Broadcast, DType::F32, 4).with_root(1);
+    let bar = Fingerprint::new(OpKind::Barrier, DType::U8, 0);
+    let err = Error::FrameMismatch { peer: 1, seq: 3, ours: bar, their_seq: 2, theirs: b1 };
+    let e = ev(
+        3,
+        vec![],
+        vec![
+            snap(0, beat(2, Some((3, bar)), vec![]), &[(1, bar), (2, b0), (3, bar)], Some(err)),
+            snap(1, beat(2, Some((3, bar)), vec![]), &[(1, bar), (2, b1), (3, bar)], None),
+            snap(2, beat(2, Some((3, bar)), vec![]), &[(1, bar), (2, b0), (3, bar)], None),
+        ],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::Mismatch, vec![1], Some(2)));
+    assert!(d.headline.contains("root 1") && d.headline.contains("root 0"), "{}", d.headline);
+    assert!(d.hints[0].contains("#3"), "{:?}", d.hints);
 }

@@ -1,0 +1,310 @@
+//! Every hang cause of DESIGN.md §1 that can happen after init, provoked for
+//! real between processes (a skipped call, mismatched arguments, kill -9,
+//! SIGSTOP, a slow rank), each asserting the error kind, the ranks it names,
+//! the collective, and how fast it arrived.
+#![allow(missing_docs)]
+
+mod common;
+
+use common::*;
+use ringleader::{Communicator, ReduceOp};
+use std::time::{Duration, Instant};
+
+fn arg() -> String {
+    std::env::var("RL_ARG").unwrap_or_default()
+}
+
+/// Runs `body`; prints the error it ends with (if any) as the ERROR line.
+fn guarded(body: impl FnOnce(&Communicator) -> ringleader::Result<()>) -> i32 {
+    let start = Instant::now();
+    let c = Communicator::from_env().expect("init");
+    match body(&c) {
+        Ok(()) => {
+            println!("DONE");
+            c.destroy().unwrap();
+            0
+        }
+        Err(e) => {
+            report_error(&e, start);
+            eprintln!("{e}");
+            3
+        }
+    }
+}
+
+fn skip_then_exit(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32];
+    c.all_reduce(&mut t, ReduceOp::Sum)?;
+    if c.rank() == 0 {
+        c.all_reduce(&mut t, ReduceOp::Sum)?; // THE BUG: only rank 0 makes this call
+    }
+    Ok(())
+}
+
+fn skip_alive(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32];
+    c.all_reduce(&mut t, ReduceOp::Sum)?;
+    if c.rank() == 1 {
+        // Alive, busy elsewhere, never calls the second all_reduce in time.
+        std::thread::sleep(Duration::from_secs(6));
+        return c.barrier();
+    }
+    c.all_reduce(&mut t, ReduceOp::Sum)
+}
+
+fn uneven(c: &Communicator) -> ringleader::Result<()> {
+    let steps = if c.rank() == 0 { 5 } else { 4 };
+    let mut t = [1.0f32; 16];
+    for _ in 0..steps {
+        c.all_reduce(&mut t, ReduceOp::Sum)?;
+    }
+    c.barrier()
+}
+
+fn mismatch(c: &Communicator) -> ringleader::Result<()> {
+    let odd = c.rank() == 1;
+    c.barrier()?;
+    mismatched_call(c, odd)?;
+    // A root only sends, so a broadcast whose ranks disagree on the root is
+    // caught by the next collective, which meets the stray frames.
+    c.barrier()
+}
+
+fn mismatched_call(c: &Communicator, odd: bool) -> ringleader::Result<()> {
+    match arg().as_str() {
+        "shape" => c.all_reduce(&mut vec![1.0f32; if odd { 2 } else { 1 }], ReduceOp::Sum),
+        "dtype" if odd => c.all_reduce(&mut [1.0f64; 4], ReduceOp::Sum),
+        "dtype" => c.all_reduce(&mut [1.0f32; 4], ReduceOp::Sum),
+        "order" if odd => {
+            c.all_reduce(&mut [1.0f32; 4], ReduceOp::Sum)?;
+            c.broadcast(&mut [1.0f32; 4], 0)
+        }
+        "order" => {
+            c.broadcast(&mut [1.0f32; 4], 0)?;
+            c.all_reduce(&mut [1.0f32; 4], ReduceOp::Sum)
+        }
+        "root" => c.broadcast(&mut [1.0f32; 4], usize::from(odd)),
+        "redop" => c.all_reduce(&mut [1.0f32; 4], if odd { ReduceOp::Max } else { ReduceOp::Sum }),
+        "gather" => {
+            let inp = vec![1i32; if odd { 3 } else { 2 }];
+            let mut out = vec![0i32; inp.len() * c.world_size()];
+            c.all_gather(&inp, &mut out)
+        }
+        a => panic!("unknown mismatch {a}"),
+    }
+}
+
+fn monitored(c: &Communicator) -> ringleader::Result<()> {
+    let late: Vec<usize> = arg().split(',').filter_map(|s| s.parse().ok()).collect();
+    c.barrier()?;
+    if late.contains(&c.rank()) {
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    c.monitored_barrier(Duration::from_secs(1), late.len() > 1)
+}
+
+/// Loops a collective until killed; marks when the loop runs.
+fn busy(c: &Communicator) -> ringleader::Result<()> {
+    let mut buf = vec![1.0f32; 4 << 20];
+    for i in 0u64.. {
+        if i == 3 {
+            mark(&format!("busy{}", c.rank()));
+        }
+        match arg().as_str() {
+            "broadcast" => c.broadcast(&mut buf, 0)?,
+            _ => c.all_reduce(&mut buf, ReduceOp::Max)?,
+        }
+    }
+    Ok(())
+}
+
+fn straggler(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32; 8];
+    for _ in 0..3 {
+        if c.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        c.all_reduce(&mut t, ReduceOp::Sum)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn worker() {
+    let Some(s) = scenario() else { return };
+    let code = match s.as_str() {
+        "skip_then_exit" => guarded(skip_then_exit),
+        "skip_alive" => guarded(skip_alive),
+        "uneven" => guarded(uneven),
+        "mismatch" => guarded(mismatch),
+        "monitored" => guarded(monitored),
+        "busy" => guarded(busy),
+        "straggler" => guarded(straggler),
+        other => panic!("unknown scenario {other}"),
+    };
+    std::process::exit(code);
+}
+
+fn err_of(o: &Outcome) -> ErrLine {
+    o.error().unwrap_or_else(|| panic!("rank {} printed no error:\n{}\n{}", o.rank, o.stdout, o.stderr))
+}
+
+#[test]
+fn skipped_collective_whose_skipper_exited_is_named_at_once() {
+    let outs = run(JobSpec::new(2, "skip_then_exit").env("RINGLEADER_TIMEOUT", "10").limit(30));
+    assert_eq!(outs[1].code, Some(0), "rank 1 finishes cleanly: {}", outs[1].stderr);
+    let e = err_of(&outs[0]);
+    assert_eq!(e.kind, "missed-collective", "{}", e.message);
+    assert_eq!(e.ranks, vec![1]);
+    assert_eq!((e.op.as_deref(), e.seq), (Some("all_reduce"), Some(2)));
+    assert!(e.message.contains("rank 1") && e.message.contains("all_reduce #2"), "{}", e.message);
+    // "at once": well before the 10 s timeout.
+    assert!(e.elapsed_ms < 3000, "took {} ms", e.elapsed_ms);
+}
+
+#[test]
+fn skipped_collective_whose_skipper_is_alive_is_named_at_the_timeout() {
+    let outs = run(JobSpec::new(3, "skip_alive").env("RINGLEADER_TIMEOUT", "3").limit(40));
+    for r in [0, 2] {
+        let e = err_of(&outs[r]);
+        assert_eq!(e.kind, "missed-collective", "{}", e.message);
+        assert_eq!(e.ranks, vec![1], "{}", e.message);
+        assert_eq!(e.seq, Some(2));
+        assert!(e.elapsed_ms < 3000 + 4000, "took {} ms", e.elapsed_ms);
+    }
+    // The skipper learns the same verdict when it comes back.
+    let e1 = err_of(&outs[1]);
+    assert_eq!((e1.kind.as_str(), e1.ranks.clone()), ("missed-collective", vec![1]), "{}", e1.message);
+    assert_eq!(err_of(&outs[0]).message, e1.message, "the same verdict everywhere");
+}
+
+#[test]
+fn uneven_iterations_are_a_mismatch_naming_both_calls() {
+    let outs = run(JobSpec::new(2, "uneven").env("RINGLEADER_TIMEOUT", "20").limit(40));
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "mismatch", "{}", e.message);
+        assert_eq!(e.seq, Some(5));
+        assert!(e.message.contains("all_reduce") && e.message.contains("barrier"), "{}", e.message);
+        assert!(e.elapsed_ms < 5000, "took {} ms", e.elapsed_ms);
+    }
+    assert_eq!(err_of(&outs[0]).message, err_of(&outs[1]).message);
+}
+
+#[test]
+fn mismatched_arguments_fail_at_once_on_every_rank() {
+    let cases = [
+        ("shape", "f32 x 2", 2),
+        ("dtype", "f64 x 4", 2),
+        ("order", "broadcast", 2),
+        ("root", "root 1", 2),
+        ("redop", "max", 2),
+        ("gather", "i32 x 3", 2),
+    ];
+    for (what, theirs, seq) in cases {
+        let outs = run(JobSpec::new(3, "mismatch").env("RL_ARG", what).env("RINGLEADER_TIMEOUT", "30").limit(40));
+        let first = err_of(&outs[0]).message;
+        for o in &outs {
+            let e = err_of(o);
+            assert_eq!(e.kind, "mismatch", "{what}: {}", e.message);
+            assert_eq!(e.ranks, vec![1], "{what}: {}", e.message);
+            assert_eq!(e.seq, Some(seq), "{what}: {}", e.message);
+            assert!(e.message.contains(theirs), "{what}: {}", e.message);
+            assert!(e.elapsed_ms < 5000, "{what}: took {} ms", e.elapsed_ms);
+            assert_eq!(e.message, first, "{what}: the same verdict everywhere");
+        }
+    }
+}
+
+#[test]
+fn monitored_barrier_names_the_late_rank() {
+    let outs = run(JobSpec::new(3, "monitored").env("RL_ARG", "1").limit(30));
+    let e = err_of(&outs[0]);
+    assert_eq!((e.kind.as_str(), e.ranks.clone()), ("missed-collective", vec![1]));
+    assert!(e.message.contains("Rank 1 failed to pass monitored_barrier in 1000 ms"), "{}", e.message);
+    assert!(e.elapsed_ms < 4000, "took {} ms", e.elapsed_ms);
+    let e2 = err_of(&outs[2]);
+    assert!(e2.message.contains("rank 0 reports: Rank 1 failed"), "{}", e2.message);
+    assert!(e2.elapsed_ms < 4000, "took {} ms", e2.elapsed_ms);
+}
+
+#[test]
+fn monitored_barrier_with_wait_all_names_every_late_rank() {
+    let outs = run(JobSpec::new(4, "monitored").env("RL_ARG", "1,3").limit(30));
+    let e = err_of(&outs[0]);
+    assert_eq!(e.ranks, vec![1, 3], "{}", e.message);
+    assert!(e.message.contains("Ranks 1, 3 failed to pass monitored_barrier in 1000 ms"), "{}", e.message);
+}
+
+fn kill_during(op: &str) {
+    let marks = mark_dir();
+    let spec = JobSpec::new(3, "busy")
+        .env("RL_ARG", op)
+        .env("RL_MARK_DIR", marks.to_str().unwrap())
+        .env("RINGLEADER_TIMEOUT", "30")
+        .limit(40);
+    let job = start(&spec);
+    wait_mark(&marks, "busy1", 20);
+    let victim = job.pid(1);
+    let killed_at = now_ms();
+    signal(victim, 9);
+    let outs = job.finish();
+    assert_eq!(outs[1].signal, Some(9));
+    for r in [0, 2] {
+        let e = err_of(&outs[r]);
+        assert_eq!(e.kind, "peer-died", "{}", e.message);
+        assert_eq!(e.ranks, vec![1], "{}", e.message);
+        assert_eq!(e.op.as_deref(), Some(op), "{}", e.message);
+        assert!(e.message.contains(&format!("pid {victim}")), "{}", e.message);
+        assert!(e.at_ms.saturating_sub(killed_at) < 2000, "{} ms after the kill", e.at_ms - killed_at);
+    }
+}
+
+#[test]
+fn kill_9_during_all_reduce_is_peer_died_within_2_s() {
+    kill_during("all_reduce");
+}
+
+#[test]
+fn kill_9_during_broadcast_is_peer_died_within_2_s() {
+    kill_during("broadcast");
+}
+
+#[test]
+fn sigstop_is_peer_stalled_at_the_timeout() {
+    let marks = mark_dir();
+    let spec =
+        JobSpec::new(2, "busy").env("RL_MARK_DIR", marks.to_str().unwrap()).env("RINGLEADER_TIMEOUT", "4").limit(40);
+    let job = start(&spec);
+    wait_mark(&marks, "busy1", 20);
+    let victim = job.pid(1);
+    let stopped_at = now_ms();
+    signal(victim, 19); // SIGSTOP
+                        // Once rank 0 has its verdict, end the stopped rank.
+    let pid0 = job.pid(0);
+    let waiter = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid0}")).exists() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        signal(victim, 9);
+    });
+    let outs = job.finish();
+    waiter.join().unwrap();
+    let e = err_of(&outs[0]);
+    assert_eq!(e.kind, "peer-stalled", "{}", e.message);
+    assert_eq!(e.ranks, vec![1], "{}", e.message);
+    assert_eq!(e.op.as_deref(), Some("all_reduce"));
+    let after = e.at_ms - stopped_at;
+    assert!((3000..4000 + 3000).contains(&after), "{after} ms after SIGSTOP");
+}
+
+#[test]
+fn a_slow_rank_gets_straggler_warnings_never_an_error() {
+    let outs =
+        run(JobSpec::new(3, "straggler").env("RINGLEADER_TIMEOUT", "10").env("RINGLEADER_STALL_WARN", "1").limit(60));
+    assert_all_ok(&outs);
+    let warned = &outs[0].stderr;
+    assert!(warned.contains("[straggler]") && warned.contains("rank 1 has not entered it"), "{warned}");
+    assert!(!warned.contains("error"), "{warned}");
+}
