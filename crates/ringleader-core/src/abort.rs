@@ -39,9 +39,7 @@ pub struct AbortSignal {
 
 impl std::fmt::Debug for AbortSignal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AbortSignal")
-            .field("aborted", &self.is_aborted())
-            .finish()
+        f.debug_struct("AbortSignal").field("aborted", &self.is_aborted()).finish()
     }
 }
 
@@ -132,10 +130,7 @@ mod tests {
             let start = Instant::now();
             let fd = s2.fd();
             let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-            let ts = rustix::event::Timespec {
-                tv_sec: 10,
-                tv_nsec: 0,
-            };
+            let ts = rustix::event::Timespec { tv_sec: 10, tv_nsec: 0 };
             poll(&mut fds, Some(&ts)).unwrap();
             start.elapsed()
         });

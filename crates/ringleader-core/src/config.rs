@@ -161,25 +161,16 @@ impl Config {
 
     /// Discovers identity and settings: `explicit` first, then `lookup`
     /// (a view of the environment).
-    pub fn discover(
-        explicit: &Explicit,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config> {
+    pub fn discover(explicit: &Explicit, lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let env = Env(&lookup);
         let id = Identity::discover(explicit, &env)?;
         if id.world_size == 0 {
-            return Err(Error::invalid(
-                id.world_var,
-                "the world size must be at least 1",
-            ));
+            return Err(Error::invalid(id.world_var, "the world size must be at least 1"));
         }
         if id.rank >= id.world_size {
             return Err(Error::invalid(
                 id.rank_var,
-                format!(
-                    "rank {} is not below the world size {}",
-                    id.rank, id.world_size
-                ),
+                format!("rank {} is not below the world size {}", id.rank, id.world_size),
             ));
         }
         let mut cfg = Config::new(id.rank, id.world_size, &id.master_addr, id.master_port);
@@ -208,18 +199,12 @@ impl Config {
         }
         if let Some(c) = env.get("RINGLEADER_CHECKS") {
             self.checks = parse_bool(&c).ok_or_else(|| {
-                Error::invalid(
-                    "RINGLEADER_CHECKS",
-                    format!("{c:?} is not one of 0, 1, on, off, true, false"),
-                )
+                Error::invalid("RINGLEADER_CHECKS", format!("{c:?} is not one of 0, 1, on, off, true, false"))
             })?;
         }
         if let Some(t) = env.get("RINGLEADER_TRANSPORT") {
             self.transport = TransportKind::parse(&t).ok_or_else(|| {
-                Error::invalid(
-                    "RINGLEADER_TRANSPORT",
-                    format!("{t:?} is not one of auto, tcp, shm, rdma"),
-                )
+                Error::invalid("RINGLEADER_TRANSPORT", format!("{t:?} is not one of auto, tcp, shm, rdma"))
             })?;
         }
         self.ifname = env.get("RINGLEADER_IFNAME").filter(|s| !s.is_empty());
@@ -229,10 +214,7 @@ impl Config {
         self.token = env.get("RINGLEADER_TOKEN").filter(|s| !s.is_empty());
         if let Some(s) = env.parse::<usize>("RINGLEADER_STREAMS")? {
             if s == 0 || s > 16 {
-                return Err(Error::invalid(
-                    "RINGLEADER_STREAMS",
-                    format!("{s} is not between 1 and 16"),
-                ));
+                return Err(Error::invalid("RINGLEADER_STREAMS", format!("{s} is not between 1 and 16")));
             }
             self.streams = s;
         }
@@ -256,9 +238,7 @@ impl Config {
 
     /// The store's `host:port`: `store_addr` when set, else `master_addr:master_port`.
     pub fn store_endpoint(&self) -> String {
-        self.store_addr
-            .clone()
-            .unwrap_or_else(|| join_host_port(&self.master_addr, self.master_port))
+        self.store_addr.clone().unwrap_or_else(|| join_host_port(&self.master_addr, self.master_port))
     }
 }
 
@@ -292,12 +272,8 @@ fn parse_bool(s: &str) -> Option<bool> {
 /// assert!(parse_port_range("9-1").is_err());
 /// ```
 pub fn parse_port_range(s: &str) -> Result<(u16, u16)> {
-    let bad = |why: &str| {
-        Error::invalid(
-            "RINGLEADER_PORT_RANGE",
-            format!("{s:?}: {why} (expected LO-HI, e.g. 40000-40100)"),
-        )
-    };
+    let bad =
+        |why: &str| Error::invalid("RINGLEADER_PORT_RANGE", format!("{s:?}: {why} (expected LO-HI, e.g. 40000-40100)"));
     let (lo, hi) = match s.split_once('-') {
         Some((a, b)) => (a.trim(), b.trim()),
         None => (s.trim(), s.trim()),
@@ -320,25 +296,18 @@ impl Env<'_> {
     fn parse<T: std::str::FromStr>(&self, k: &str) -> Result<Option<T>> {
         match self.get(k) {
             None => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::invalid(k, format!("{v:?} is not a valid number"))),
+            Some(v) => v.parse().map(Some).map_err(|_| Error::invalid(k, format!("{v:?} is not a valid number"))),
         }
     }
 
     fn require<T: std::str::FromStr>(&self, k: &str) -> Result<T> {
-        self.parse(k)?
-            .ok_or_else(|| Error::invalid(k, "is not set"))
+        self.parse(k)?.ok_or_else(|| Error::invalid(k, "is not set"))
     }
 
     fn secs(&self, k: &str) -> Result<Option<Duration>> {
         match self.parse::<f64>(k)? {
             Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
-            Some(s) => Err(Error::invalid(
-                k,
-                format!("{s} is not a positive number of seconds"),
-            )),
+            Some(s) => Err(Error::invalid(k, format!("{s} is not a positive number of seconds"))),
             None => Ok(None),
         }
     }
@@ -359,21 +328,10 @@ struct Identity {
 impl Identity {
     fn discover(ex: &Explicit, env: &Env<'_>) -> Result<Identity> {
         let mut id = if ex.rank.is_some() && ex.world_size.is_some() {
-            Identity::partial(
-                "explicit",
-                ex.rank.unwrap_or(0),
-                ex.world_size.unwrap_or(1),
-                "rank",
-                "world_size",
-            )
+            Identity::partial("explicit", ex.rank.unwrap_or(0), ex.world_size.unwrap_or(1), "rank", "world_size")
         } else if env.get("RANK").is_some() || env.get("WORLD_SIZE").is_some() {
-            let mut id = Identity::partial(
-                "torchrun",
-                env.require("RANK")?,
-                env.require("WORLD_SIZE")?,
-                "RANK",
-                "WORLD_SIZE",
-            );
+            let mut id =
+                Identity::partial("torchrun", env.require("RANK")?, env.require("WORLD_SIZE")?, "RANK", "WORLD_SIZE");
             id.local_rank = env.parse("LOCAL_RANK")?;
             id.local_world_size = env.parse("LOCAL_WORLD_SIZE")?;
             id
@@ -414,16 +372,10 @@ impl Identity {
             id.master_port = p;
         }
         if id.master_addr.is_empty() {
-            return Err(Error::invalid(
-                "MASTER_ADDR",
-                "is not set (the host that runs rank 0 or the launcher)",
-            ));
+            return Err(Error::invalid("MASTER_ADDR", "is not set (the host that runs rank 0 or the launcher)"));
         }
         if id.master_port == 0 {
-            return Err(Error::invalid(
-                "MASTER_PORT",
-                "is not set (the store's port, e.g. 29500)",
-            ));
+            return Err(Error::invalid("MASTER_PORT", "is not set (the store's port, e.g. 29500)"));
         }
         Ok(id)
     }
@@ -460,15 +412,11 @@ impl Identity {
         id.local_world_size = match env.parse("SLURM_NTASKS_PER_NODE") {
             Ok(Some(n)) => Some(n),
             // SLURM_TASKS_PER_NODE looks like "4(x2),3": the first node's count.
-            _ => env.get("SLURM_TASKS_PER_NODE").and_then(|s| {
-                s.split(|c: char| !c.is_ascii_digit())
-                    .next()
-                    .and_then(|n| n.parse().ok())
-            }),
+            _ => env
+                .get("SLURM_TASKS_PER_NODE")
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok())),
         };
-        let nodes = env
-            .get("SLURM_STEP_NODELIST")
-            .or_else(|| env.get("SLURM_JOB_NODELIST"));
+        let nodes = env.get("SLURM_STEP_NODELIST").or_else(|| env.get("SLURM_JOB_NODELIST"));
         if let Some(first) = nodes.as_deref().and_then(first_slurm_host) {
             id.master_addr = first;
         }
@@ -519,10 +467,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| m.get(k).cloned()
     }
 
@@ -545,12 +490,7 @@ mod tests {
 
     #[test]
     fn missing_or_malformed_values_name_the_variable() {
-        let e = env(&[
-            ("RANK", "0"),
-            ("WORLD_SIZE", "two"),
-            ("MASTER_ADDR", "h"),
-            ("MASTER_PORT", "1"),
-        ]);
+        let e = env(&[("RANK", "0"), ("WORLD_SIZE", "two"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")]);
         let err = Config::discover(&Explicit::default(), e).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err.to_string().contains("WORLD_SIZE"), "{err}");
@@ -559,16 +499,8 @@ mod tests {
         let err = Config::discover(&Explicit::default(), e).unwrap_err();
         assert!(err.to_string().contains("MASTER_ADDR"), "{err}");
 
-        let e = env(&[
-            ("RANK", "2"),
-            ("WORLD_SIZE", "2"),
-            ("MASTER_ADDR", "h"),
-            ("MASTER_PORT", "1"),
-        ]);
-        assert!(Config::discover(&Explicit::default(), e)
-            .unwrap_err()
-            .to_string()
-            .contains("RANK"));
+        let e = env(&[("RANK", "2"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")]);
+        assert!(Config::discover(&Explicit::default(), e).unwrap_err().to_string().contains("RANK"));
 
         let e = env(&[
             ("RANK", "0"),
@@ -577,10 +509,7 @@ mod tests {
             ("MASTER_PORT", "1"),
             ("RINGLEADER_TIMEOUT", "-1"),
         ]);
-        assert!(Config::discover(&Explicit::default(), e)
-            .unwrap_err()
-            .to_string()
-            .contains("RINGLEADER_TIMEOUT"));
+        assert!(Config::discover(&Explicit::default(), e).unwrap_err().to_string().contains("RINGLEADER_TIMEOUT"));
 
         let err = Config::discover(&Explicit::default(), env(&[])).unwrap_err();
         assert!(err.to_string().contains("RANK"));
@@ -614,24 +543,13 @@ mod tests {
             ("MASTER_ADDR", "x"),
             ("MASTER_PORT", "7"),
         ]);
-        assert_eq!(
-            Config::discover(&Explicit::default(), e).unwrap().source,
-            "openmpi"
-        );
+        assert_eq!(Config::discover(&Explicit::default(), e).unwrap().source, "openmpi");
     }
 
     #[test]
     fn explicit_wins() {
-        let e = env(&[
-            ("RANK", "1"),
-            ("WORLD_SIZE", "2"),
-            ("MASTER_ADDR", "h"),
-            ("MASTER_PORT", "9"),
-        ]);
-        let ex = Explicit {
-            rank: Some(0),
-            ..Default::default()
-        };
+        let e = env(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "9")]);
+        let ex = Explicit { rank: Some(0), ..Default::default() };
         let c = Config::discover(&ex, e).unwrap();
         assert_eq!((c.rank, c.world_size), (0, 2));
     }

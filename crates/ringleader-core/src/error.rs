@@ -105,17 +105,12 @@ impl ErrorKind {
 
     /// The C ABI error code (0 is success, so codes start at 1).
     pub fn code(self) -> i32 {
-        ErrorKind::ALL
-            .iter()
-            .position(|k| *k == self)
-            .map_or(-1, |i| i as i32 + 1)
+        ErrorKind::ALL.iter().position(|k| *k == self).map_or(-1, |i| i as i32 + 1)
     }
 
     /// Inverse of [`ErrorKind::code`].
     pub fn from_code(code: i32) -> Option<ErrorKind> {
-        usize::try_from(code - 1)
-            .ok()
-            .and_then(|i| ErrorKind::ALL.get(i).copied())
+        usize::try_from(code - 1).ok().and_then(|i| ErrorKind::ALL.get(i).copied())
     }
 
     /// Inverse of [`ErrorKind::as_str`].
@@ -210,11 +205,7 @@ impl fmt::Display for Diagnosis {
 /// assert_eq!(ringleader_core::error::fmt_ranks(&[2]), "rank 2");
 /// ```
 pub fn fmt_ranks(ranks: &[Rank]) -> String {
-    let list = ranks
-        .iter()
-        .map(|r| r.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
     match ranks.len() {
         1 => format!("rank {list}"),
         _ => format!("ranks {list}"),
@@ -225,11 +216,7 @@ fn fmt_members(members: &[Member]) -> String {
     if members.is_empty() {
         return "none".into();
     }
-    members
-        .iter()
-        .map(|m| m.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 fn fmt_secs(d: &Duration) -> String {
@@ -466,26 +453,19 @@ pub enum Error {
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Error {
-        Error::InvalidArgument {
-            what: what.into(),
-            detail: detail.into(),
-        }
+        Error::InvalidArgument { what: what.into(), detail: detail.into() }
     }
 
     /// Shorthand for [`Error::Aborted`].
     pub fn aborted(reason: impl Into<String>) -> Error {
-        Error::Aborted {
-            reason: reason.into(),
-        }
+        Error::Aborted { reason: reason.into() }
     }
 
     /// The stable kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
-            Error::StoreUnreachable { .. } | Error::StoreProtocol { .. } => {
-                ErrorKind::StoreUnreachable
-            }
+            Error::StoreUnreachable { .. } | Error::StoreProtocol { .. } => ErrorKind::StoreUnreachable,
             Error::StoreTimeout { .. } | Error::Timeout { .. } => ErrorKind::Timeout,
             Error::PortInUse { .. } => ErrorKind::PortInUse,
             Error::RendezvousIncomplete { .. } => ErrorKind::RendezvousIncomplete,
@@ -587,12 +567,7 @@ mod tests {
             },
             Error::RendezvousIncomplete {
                 expected: 4,
-                joined: vec![Member {
-                    rank: 0,
-                    host: "a".into(),
-                    pid: 1,
-                    world_size: 4,
-                }],
+                joined: vec![Member { rank: 0, host: "a".into(), pid: 1, world_size: 4 }],
                 missing: vec![1, 2, 3],
                 waited: Duration::from_secs(5),
             },
@@ -603,12 +578,7 @@ mod tests {
                 their_seq: 3,
                 theirs: Fingerprint::new(OpKind::AllReduce, DType::F32, 2),
             },
-            Error::Timeout {
-                op: OpKind::Barrier,
-                seq: 2,
-                waited: Duration::from_secs(1),
-                awaited: vec![2],
-            },
+            Error::Timeout { op: OpKind::Barrier, seq: 2, waited: Duration::from_secs(1), awaited: vec![2] },
         ];
         for e in errs {
             let s = e.to_string();
@@ -620,12 +590,7 @@ mod tests {
     fn rendezvous_message_names_missing_and_joined() {
         let e = Error::RendezvousIncomplete {
             expected: 3,
-            joined: vec![Member {
-                rank: 0,
-                host: "node-a".into(),
-                pid: 10,
-                world_size: 3,
-            }],
+            joined: vec![Member { rank: 0, host: "node-a".into(), pid: 10, world_size: 3 }],
             missing: vec![1, 2],
             waited: Duration::from_secs(5),
         };

@@ -125,19 +125,12 @@ fn reduce3_typed<T: Arith>(op: ReduceOp, dst: &mut [T], a: &[T], b: &[T]) {
 }
 
 fn reduce_bytes_typed<T: Arith>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
-    match (
-        bytemuck::try_cast_slice_mut::<u8, T>(dst),
-        bytemuck::try_cast_slice::<u8, T>(src),
-    ) {
+    match (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
         (Ok(d), Ok(s)) => reduce_typed(op, d, s),
         _ => {
             let size = std::mem::size_of::<T>();
             for (d, s) in dst.chunks_exact_mut(size).zip(src.chunks_exact(size)) {
-                let v = combine::<T>(
-                    op,
-                    bytemuck::pod_read_unaligned(d),
-                    bytemuck::pod_read_unaligned(s),
-                );
+                let v = combine::<T>(op, bytemuck::pod_read_unaligned(d), bytemuck::pod_read_unaligned(s));
                 d.copy_from_slice(bytemuck::bytes_of(&v));
             }
         }
@@ -215,14 +208,7 @@ pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
 /// ```
 pub fn reduce3_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     let n = dst.len().min(a.len()).min(b.len()) / dtype.size() * dtype.size();
-    dispatch!(
-        dtype,
-        reduce3_bytes_typed,
-        op,
-        &mut dst[..n],
-        &a[..n],
-        &b[..n]
-    )
+    dispatch!(dtype, reduce3_bytes_typed, op, &mut dst[..n], &a[..n], &b[..n])
 }
 
 /// Divides every element by `world_size`: the last step of an `Avg` reduction.
@@ -250,12 +236,7 @@ pub fn finish_avg(dtype: DType, buf: &mut [u8], world_size: usize) {
 /// assert_eq!(a, [4, 7]); // wraps, as numpy's uint8 does
 /// ```
 pub fn reduce_slice<T: Element>(op: ReduceOp, dst: &mut [T], src: &[T]) {
-    reduce_bytes(
-        T::DTYPE,
-        op,
-        bytemuck::cast_slice_mut(dst),
-        bytemuck::cast_slice(src),
-    )
+    reduce_bytes(T::DTYPE, op, bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src))
 }
 
 #[cfg(test)]
@@ -275,11 +256,7 @@ mod tests {
     #[test]
     fn half_types_reduce_in_f32() {
         let mut a = [f16::from_f32(1.5), f16::from_f32(-2.0)];
-        reduce_slice(
-            ReduceOp::Max,
-            &mut a,
-            &[f16::from_f32(1.0), f16::from_f32(4.0)],
-        );
+        reduce_slice(ReduceOp::Max, &mut a, &[f16::from_f32(1.0), f16::from_f32(4.0)]);
         assert_eq!(a, [f16::from_f32(1.5), f16::from_f32(4.0)]);
         let mut b = [bf16::from_f32(3.0)];
         reduce_slice(ReduceOp::Prod, &mut b, &[bf16::from_f32(0.5)]);
@@ -289,16 +266,10 @@ mod tests {
     #[test]
     fn misaligned_buffers_take_the_slow_path() {
         let mut raw = vec![0u8; 4 * 3 + 1];
-        let src: Vec<u8> = [1.0f32, 2.0, 3.0]
-            .iter()
-            .flat_map(|f| f.to_le_bytes())
-            .collect();
+        let src: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
         raw[1..].copy_from_slice(&src);
         reduce_bytes(DType::F32, ReduceOp::Sum, &mut raw[1..], &src);
-        let got: Vec<f32> = raw[1..]
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let got: Vec<f32> = raw[1..].chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(got, [2.0, 4.0, 6.0]);
     }
 

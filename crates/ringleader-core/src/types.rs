@@ -37,16 +37,8 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in wire-code order.
-    pub const ALL: [DType; 8] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I8,
-        DType::U8,
-        DType::I32,
-        DType::I64,
-    ];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32, DType::I64];
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
@@ -157,13 +149,7 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// Every reduce op, in wire-code order.
-    pub const ALL: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ];
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
 
     /// Lowercase name, as in messages and the Python API.
     pub const fn name(self) -> &'static str {
@@ -347,13 +333,7 @@ impl Fingerprint {
 
     /// A fingerprint without root or reduce op.
     pub fn new(op: OpKind, dtype: DType, count: u64) -> Fingerprint {
-        Fingerprint {
-            op,
-            dtype,
-            count,
-            root: None,
-            reduce_op: None,
-        }
+        Fingerprint { op, dtype, count, root: None, reduce_op: None }
     }
 
     /// Sets the root (or the peer, for send and recv).
@@ -397,13 +377,7 @@ impl Fingerprint {
         };
         let root = u32::from_le_bytes(b[4..8].try_into().ok()?);
         let count = u64::from_le_bytes(b[8..16].try_into().ok()?);
-        Some(Fingerprint {
-            op,
-            dtype,
-            count,
-            root: (root != Self::NONE_U32).then_some(root),
-            reduce_op,
-        })
+        Some(Fingerprint { op, dtype, count, root: (root != Self::NONE_U32).then_some(root), reduce_op })
     }
 
     /// Whether a peer holding `other` takes part in the same call as us.

@@ -25,8 +25,7 @@ pub(crate) struct Transcript<'a> {
 
 impl Transcript<'_> {
     fn mac(&self, token: &str, label: &[u8]) -> HmacSha256 {
-        let mut mac =
-            HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes keys of any length");
+        let mut mac = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes keys of any length");
         mac.update(label);
         mac.update(self.server_nonce);
         mac.update(self.client_nonce);
@@ -39,32 +38,22 @@ impl Transcript<'_> {
 
     /// The client's proof.
     pub(crate) fn client_mac(&self, token: &str) -> [u8; 32] {
-        self.mac(token, b"ringleader-store client v1")
-            .finalize()
-            .into_bytes()
-            .into()
+        self.mac(token, b"ringleader-store client v1").finalize().into_bytes().into()
     }
 
     /// The server's proof.
     pub(crate) fn server_mac(&self, token: &str) -> [u8; 32] {
-        self.mac(token, b"ringleader-store server v1")
-            .finalize()
-            .into_bytes()
-            .into()
+        self.mac(token, b"ringleader-store server v1").finalize().into_bytes().into()
     }
 
     /// Checks the client's proof in constant time.
     pub(crate) fn verify_client(&self, token: &str, mac: &[u8; 32]) -> bool {
-        self.mac(token, b"ringleader-store client v1")
-            .verify_slice(mac)
-            .is_ok()
+        self.mac(token, b"ringleader-store client v1").verify_slice(mac).is_ok()
     }
 
     /// Checks the server's proof in constant time.
     pub(crate) fn verify_server(&self, token: &str, mac: &[u8; 32]) -> bool {
-        self.mac(token, b"ringleader-store server v1")
-            .verify_slice(mac)
-            .is_ok()
+        self.mac(token, b"ringleader-store server v1").verify_slice(mac).is_ok()
     }
 }
 
@@ -81,13 +70,7 @@ mod tests {
     use super::*;
 
     fn transcript<'a>(s: &'a [u8; 32], c: &'a [u8; 32]) -> Transcript<'a> {
-        Transcript {
-            server_nonce: s,
-            client_nonce: c,
-            run_id: "job",
-            role: Role::Member,
-            rank: Some(3),
-        }
+        Transcript { server_nonce: s, client_nonce: c, run_id: "job", role: Role::Member, rank: Some(3) }
     }
 
     #[test]
@@ -97,10 +80,7 @@ mod tests {
         let m = t.client_mac("secret");
         assert!(t.verify_client("secret", &m));
         assert!(!t.verify_client("other", &m));
-        assert!(
-            !t.verify_server("secret", &m),
-            "a client proof is no server proof"
-        );
+        assert!(!t.verify_server("secret", &m), "a client proof is no server proof");
         assert!(t.verify_server("secret", &t.server_mac("secret")));
     }
 
@@ -108,10 +88,7 @@ mod tests {
     fn proofs_bind_the_claimed_identity() {
         let (s, c) = (nonce(), nonce());
         let m = transcript(&s, &c).client_mac("secret");
-        let other_rank = Transcript {
-            rank: Some(4),
-            ..transcript(&s, &c)
-        };
+        let other_rank = Transcript { rank: Some(4), ..transcript(&s, &c) };
         assert!(!other_rank.verify_client("secret", &m));
         let other_nonce = nonce();
         assert!(!transcript(&other_nonce, &c).verify_client("secret", &m));

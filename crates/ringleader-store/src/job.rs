@@ -40,9 +40,7 @@ impl Role {
 
     /// Inverse of [`Role::code`].
     pub(crate) fn from_code(code: u8) -> Option<Role> {
-        [Role::Member, Role::Aux, Role::Tool]
-            .get(code as usize)
-            .copied()
+        [Role::Member, Role::Aux, Role::Tool].get(code as usize).copied()
     }
 }
 
@@ -77,9 +75,7 @@ impl Liveness {
 
     /// Inverse of [`Liveness::code`].
     pub(crate) fn from_code(code: u8) -> Option<Liveness> {
-        [Liveness::Connected, Liveness::Left, Liveness::Vanished]
-            .get(code as usize)
-            .copied()
+        [Liveness::Connected, Liveness::Left, Liveness::Vanished].get(code as usize).copied()
     }
 }
 
@@ -119,11 +115,7 @@ pub struct RankStatus {
 impl fmt::Display for RankStatus {
     /// `rank 1 (node-b pid 42): vanished 3.2 s ago`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rank {} ({} pid {}): {}",
-            self.rank, self.host, self.pid, self.liveness
-        )?;
+        write!(f, "rank {} ({} pid {}): {}", self.rank, self.host, self.pid, self.liveness)?;
         if self.liveness != Liveness::Connected {
             write!(f, " {:.1} s ago", self.since_change.as_secs_f64())?;
         }
@@ -159,10 +151,6 @@ impl JobStatus {
 
     /// The ranks whose liveness is `liveness`, ascending.
     pub fn with(&self, liveness: Liveness) -> Vec<Rank> {
-        self.ranks
-            .iter()
-            .filter(|r| r.liveness == liveness)
-            .map(|r| r.rank)
-            .collect()
+        self.ranks.iter().filter(|r| r.liveness == liveness).map(|r| r.rank).collect()
     }
 }

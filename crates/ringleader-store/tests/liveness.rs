@@ -43,12 +43,7 @@ impl Drop for KillOnDrop {
 
 fn spawn_child(addr: &str) -> KillOnDrop {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_member_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["child_member_process", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, addr)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -62,17 +57,10 @@ fn await_ready(child: &mut KillOnDrop, limit: Duration) {
     let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let ready = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.contains(READY));
+        let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains(READY));
         let _ = tx.send(ready);
     });
-    assert_eq!(
-        rx.recv_timeout(limit),
-        Ok(true),
-        "the child did not become ready"
-    );
+    assert_eq!(rx.recv_timeout(limit), Ok(true), "the child did not become ready");
 }
 
 #[test]
@@ -86,21 +74,12 @@ fn a_killed_member_process_vanishes() {
         let mut watcher = client(&addr);
         let before = watcher.status(None, Duration::ZERO).unwrap();
         let r1 = before.rank(1).unwrap();
-        assert_eq!(
-            (r1.liveness, r1.pid, r1.heartbeat.as_slice()),
-            (Liveness::Connected, pid, &b"child alive"[..])
-        );
+        assert_eq!((r1.liveness, r1.pid, r1.heartbeat.as_slice()), (Liveness::Connected, pid, &b"child alive"[..]));
 
         let killed = Instant::now();
         child.0.kill().unwrap(); // SIGKILL: no chance to say goodbye
-        let after = watcher
-            .status(Some(before.generation), Duration::from_secs(5))
-            .unwrap();
-        assert!(
-            killed.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            killed.elapsed()
-        );
+        let after = watcher.status(Some(before.generation), Duration::from_secs(5)).unwrap();
+        assert!(killed.elapsed() < Duration::from_secs(1), "{:?}", killed.elapsed());
         let r1 = after.rank(1).unwrap();
         assert_eq!((r1.liveness, r1.pid), (Liveness::Vanished, pid));
     });

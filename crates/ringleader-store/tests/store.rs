@@ -31,9 +31,7 @@ fn every_operation_works_against_a_real_server() {
         assert!(c.check(&["a", "cas"]).unwrap());
         assert!(!c.check(&["a", "nope"]).unwrap());
         c.multi_set(&[("m/1", b"one"), ("m/2", b"two")]).unwrap();
-        let values = c
-            .multi_get(&["m/2", "m/1"], Duration::from_secs(1))
-            .unwrap();
+        let values = c.multi_get(&["m/2", "m/1"], Duration::from_secs(1)).unwrap();
         assert_eq!(values, vec![b"two".to_vec(), b"one".to_vec()]);
         c.append("log", b"ab").unwrap();
         c.append("log", b"cd").unwrap();
@@ -67,33 +65,17 @@ fn a_timed_out_wait_names_the_missing_keys_and_the_store() {
         let start = Instant::now();
         let err = c.get("missing", timeout).unwrap_err();
         let elapsed = start.elapsed();
-        assert!(
-            elapsed >= timeout && elapsed < timeout + Duration::from_millis(500),
-            "{elapsed:?}"
-        );
-        let Error::StoreTimeout {
-            addr: a,
-            keys,
-            waited,
-        } = &err
-        else {
-            panic!("{err}")
-        };
+        assert!(elapsed >= timeout && elapsed < timeout + Duration::from_millis(500), "{elapsed:?}");
+        let Error::StoreTimeout { addr: a, keys, waited } = &err else { panic!("{err}") };
         assert_eq!((a, keys.as_slice()), (&addr, &["missing".to_string()][..]));
         assert!(*waited >= timeout);
-        assert!(
-            err.to_string().contains(&addr) && err.to_string().contains("missing"),
-            "{err}"
-        );
+        assert!(err.to_string().contains(&addr) && err.to_string().contains("missing"), "{err}");
 
         c.set("present", b"").unwrap();
         let start = Instant::now();
         let err = c.wait(&["present", "absent"], timeout).unwrap_err();
         assert!(start.elapsed() < timeout + Duration::from_millis(500));
-        assert!(
-            matches!(&err, Error::StoreTimeout { keys, .. } if keys == &["absent"]),
-            "{err}"
-        );
+        assert!(matches!(&err, Error::StoreTimeout { keys, .. } if keys == &["absent"]), "{err}");
         assert_eq!(err.kind(), ErrorKind::Timeout);
 
         // The connection is still good after a timeout.
@@ -117,16 +99,9 @@ fn an_abort_wakes_a_blocked_get_at_once_with_its_reason() {
         let fired = Instant::now();
         signal.abort(Error::aborted("the watchdog gave up on all_reduce #7"));
         let (result, woke, mut c) = blocked.join().unwrap();
-        assert!(
-            woke - fired < Duration::from_millis(100),
-            "woke after {:?}",
-            woke - fired
-        );
+        assert!(woke - fired < Duration::from_millis(100), "woke after {:?}", woke - fired);
         let err = result.unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "[aborted] the watchdog gave up on all_reduce #7"
-        );
+        assert_eq!(err.to_string(), "[aborted] the watchdog gave up on all_reduce #7");
         // Every later call fails fast with the same reason.
         assert_eq!(c.num_keys().unwrap_err().kind(), ErrorKind::Aborted);
     });
@@ -147,15 +122,7 @@ fn a_closed_port_is_unreachable_after_the_connect_timeout() {
         let start = Instant::now();
         let err = StoreClient::connect(&addr, o).unwrap_err();
         let elapsed = start.elapsed();
-        let Error::StoreUnreachable {
-            addr: a,
-            attempts,
-            waited,
-            last_error,
-        } = &err
-        else {
-            panic!("{err}")
-        };
+        let Error::StoreUnreachable { addr: a, attempts, waited, last_error } = &err else { panic!("{err}") };
         assert_eq!(a, &addr);
         assert!(*attempts > 1, "{attempts} attempts");
         assert!(*waited >= Duration::from_millis(500), "{waited:?}");
@@ -188,19 +155,10 @@ fn a_listener_that_never_speaks_is_not_a_store() {
         o.connect_timeout = Duration::from_secs(30);
         let start = Instant::now();
         let err = StoreClient::connect(&addr, o).unwrap_err();
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            start.elapsed()
-        );
-        let Error::StoreProtocol { addr: a, detail } = &err else {
-            panic!("{err}")
-        };
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        let Error::StoreProtocol { addr: a, detail } = &err else { panic!("{err}") };
         assert_eq!(a, &addr);
-        assert!(
-            detail.contains("does not speak the ringleader store protocol"),
-            "{detail}"
-        );
+        assert!(detail.contains("does not speak the ringleader store protocol"), "{detail}");
         assert!(detail.contains("TCPStore"), "{detail}");
     });
 }
@@ -213,15 +171,8 @@ fn a_listener_that_sends_garbage_is_not_a_store() {
         });
         let start = Instant::now();
         let err = StoreClient::connect(&addr, opts()).unwrap_err();
-        assert!(
-            start.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            start.elapsed()
-        );
-        assert!(
-            matches!(&err, Error::StoreProtocol { detail, .. } if detail.contains("does not speak")),
-            "{err}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+        assert!(matches!(&err, Error::StoreProtocol { detail, .. } if detail.contains("does not speak")), "{err}");
     });
 }
 
@@ -239,14 +190,9 @@ fn a_store_of_another_protocol_version_is_named() {
             let _ = s.write_all(&payload);
         });
         let err = StoreClient::connect(&addr, opts()).unwrap_err();
-        let Error::VersionMismatch { detail, versions } = &err else {
-            panic!("{err}")
-        };
+        let Error::VersionMismatch { detail, versions } = &err else { panic!("{err}") };
         assert!(detail.contains("protocol 99"), "{detail}");
-        assert_eq!(
-            versions[0],
-            (format!("the store at {addr}"), "9.9".to_string())
-        );
+        assert_eq!(versions[0], (format!("the store at {addr}"), "9.9".to_string()));
     });
 }
 
@@ -255,20 +201,11 @@ fn a_taken_port_names_the_process_holding_it() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let err = StoreServer::bind(&addr, ServerOptions::new(RUN)).unwrap_err();
-    let Error::PortInUse { addr: a, holder } = &err else {
-        panic!("{err}")
-    };
+    let Error::PortInUse { addr: a, holder } = &err else { panic!("{err}") };
     assert_eq!(a, &addr);
     let holder = holder.as_deref().unwrap_or_default();
-    assert!(
-        holder.starts_with(&format!("pid {} ", std::process::id())),
-        "{holder}"
-    );
-    assert!(
-        err.to_string()
-            .contains(&format!("pid {}", std::process::id())),
-        "{err}"
-    );
+    assert!(holder.starts_with(&format!("pid {} ", std::process::id())), "{holder}");
+    assert!(err.to_string().contains(&format!("pid {}", std::process::id())), "{err}");
 }
 
 #[test]
@@ -278,18 +215,8 @@ fn a_client_of_another_run_is_refused() {
         let mut o = opts();
         o.run_id = "yesterday".into();
         let err = StoreClient::connect(&addr, o).unwrap_err();
-        let Error::ForeignRun {
-            addr: a,
-            ours,
-            theirs,
-        } = &err
-        else {
-            panic!("{err}")
-        };
-        assert_eq!(
-            (a, ours.as_str(), theirs.as_str()),
-            (&addr, "yesterday", RUN)
-        );
+        let Error::ForeignRun { addr: a, ours, theirs } = &err else { panic!("{err}") };
+        assert_eq!((a, ours.as_str(), theirs.as_str()), (&addr, "yesterday", RUN));
 
         let mut tool = opts();
         (tool.run_id, tool.role) = ("*".into(), Role::Tool);
@@ -318,10 +245,7 @@ fn tokens_must_match_on_both_sides() {
         let wrong = auth_failed(StoreClient::connect(&guarded, with_token("guess")));
         assert!(wrong.contains("differs"), "{wrong}");
         let unknown = auth_failed(StoreClient::connect(&open, with_token("s3cret")));
-        assert!(
-            unknown.contains("does not know the job's token"),
-            "{unknown}"
-        );
+        assert!(unknown.contains("does not know the job's token"), "{unknown}");
         let mut ok = StoreClient::connect(&guarded, with_token("s3cret")).unwrap();
         ok.set("k", b"v").unwrap();
     });
@@ -338,18 +262,8 @@ fn a_duplicate_member_is_refused_naming_both_processes() {
         };
         let _first = member(1111).unwrap();
         let err = member(2222).unwrap_err();
-        let Error::DuplicateRank {
-            rank,
-            first,
-            second,
-        } = &err
-        else {
-            panic!("{err}")
-        };
-        assert_eq!(
-            (*rank, first.as_str(), second.as_str()),
-            (1, "node-a pid 1111", "node-a pid 2222")
-        );
+        let Error::DuplicateRank { rank, first, second } = &err else { panic!("{err}") };
+        assert_eq!((*rank, first.as_str(), second.as_str()), (1, "node-a pid 1111", "node-a pid 2222"));
     });
 }
 
@@ -386,11 +300,7 @@ fn a_member_dropped_without_leaving_vanishes_and_wakes_a_long_poll() {
         drop(member);
         let (status, returned) = poll.join().unwrap();
         let status = status.unwrap();
-        assert!(
-            returned - dropped < Duration::from_millis(100),
-            "{:?}",
-            returned - dropped
-        );
+        assert!(returned - dropped < Duration::from_millis(100), "{:?}", returned - dropped);
         assert_eq!(status.with(Liveness::Vanished), vec![3]);
         assert_eq!(status.rank(3).unwrap().pid, std::process::id());
         assert!(status.generation > seen);
@@ -421,10 +331,7 @@ fn the_first_abort_record_wins_and_wakes_watchers() {
         assert!(c.abort_job(b"rank 1 died in all_reduce #3").unwrap());
         assert!(!c.abort_job(b"rank 2 timed out").unwrap());
         let status = poll.join().unwrap().unwrap();
-        assert_eq!(
-            status.abort.as_deref(),
-            Some(&b"rank 1 died in all_reduce #3"[..])
-        );
+        assert_eq!(status.abort.as_deref(), Some(&b"rank 1 died in all_reduce #3"[..]));
     });
 }
 
@@ -441,10 +348,7 @@ fn misuse_is_an_invalid_argument_and_leaves_the_connection_usable() {
             matches!(&err, Error::InvalidArgument { detail, .. } if detail.contains("not a decimal integer")),
             "{err}"
         );
-        assert!(
-            c.heartbeat(b"").is_err(),
-            "an aux connection sends no heartbeats"
-        );
+        assert!(c.heartbeat(b"").is_err(), "an aux connection sends no heartbeats");
         assert_eq!(c.num_keys().unwrap(), 1);
         let err = StoreClient::connect("no-port", opts()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -459,18 +363,12 @@ fn a_server_shutting_down_breaks_its_connections_cleanly() {
         c.set("k", b"v").unwrap();
         server.shutdown();
         let err = c.get("k", Duration::from_secs(1)).unwrap_err();
-        assert!(
-            matches!(&err, Error::StoreProtocol { detail, .. } if detail.contains("closed")),
-            "{err}"
-        );
+        assert!(matches!(&err, Error::StoreProtocol { detail, .. } if detail.contains("closed")), "{err}");
         let err = c.num_keys().unwrap_err();
         assert!(err.to_string().contains("broke earlier"), "{err}");
         let mut o = opts();
         o.connect_timeout = Duration::from_millis(200);
-        assert!(matches!(
-            StoreClient::connect(&addr, o),
-            Err(Error::StoreUnreachable { .. })
-        ));
+        assert!(matches!(StoreClient::connect(&addr, o), Err(Error::StoreUnreachable { .. })));
     });
 }
 

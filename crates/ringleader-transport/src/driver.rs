@@ -136,11 +136,7 @@ impl Plan {
 
     /// Adds a send; returns its index.
     pub fn send(&mut self, chan: Chan, region: Region, after: Option<u32>) -> u32 {
-        self.sends.push(SendItem {
-            chan,
-            region,
-            after,
-        });
+        self.sends.push(SendItem { chan, region, after });
         (self.sends.len() - 1) as u32
     }
 
@@ -153,13 +149,7 @@ impl Plan {
         after: Option<u32>,
         after_send: Option<u32>,
     ) -> u32 {
-        self.recvs.push(RecvItem {
-            chan,
-            region,
-            mode,
-            after,
-            after_send,
-        });
+        self.recvs.push(RecvItem { chan, region, mode, after, after_send });
         (self.recvs.len() - 1) as u32
     }
 }
@@ -335,14 +325,7 @@ impl Driver {
 
     /// Writes queued sends on one link until it would block or the next send
     /// waits for a receive. Returns whether any byte moved.
-    fn pump_sends(
-        &mut self,
-        ci: usize,
-        link: &mut Link,
-        bufs: &[Buf<'_>],
-        plan: &Plan,
-        op: &OpInfo,
-    ) -> Result<bool> {
+    fn pump_sends(&mut self, ci: usize, link: &mut Link, bufs: &[Buf<'_>], plan: &Plan, op: &OpInfo) -> Result<bool> {
         let mut moved = false;
         let c = &mut self.chans[ci];
         while let Some(&si) = c.sends.get(c.send_pos) {
@@ -352,8 +335,7 @@ impl Driver {
             }
             if c.send_off == 0 {
                 let tag = c.send_pos as u32;
-                c.send_hdr =
-                    FrameHeader::data(op.seq, op.fingerprint, tag, item.region.len as u64).encode();
+                c.send_hdr = FrameHeader::data(op.seq, op.fingerprint, tag, item.region.len as u64).encode();
             }
             let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
             let n = if c.send_off < HEADER_LEN {
@@ -414,9 +396,7 @@ impl Driver {
             }
             let done = match item.mode {
                 RecvMode::Copy => recv_copy(c, link, bufs, &item, op, &mut moved)?,
-                RecvMode::Reduce { with } => {
-                    recv_reduce(c, link, bufs, &item, with, op, &mut moved)?
-                }
+                RecvMode::Reduce { with } => recv_reduce(c, link, bufs, &item, with, op, &mut moved)?,
             };
             if !done {
                 break;
@@ -447,10 +427,7 @@ impl Driver {
             let c = &self.chans[ci];
             let mut flags = PollFlags::empty();
             if let Some(&si) = c.sends.get(c.send_pos) {
-                if plan.sends[si as usize]
-                    .after
-                    .is_none_or(|r| self.recv_done[r as usize])
-                {
+                if plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) {
                     flags |= PollFlags::OUT;
                 }
             }
@@ -467,10 +444,7 @@ impl Driver {
                 }
             }
             if !flags.is_empty() {
-                fds.push(PollFd::from_borrowed_fd(
-                    links[ci / streams][ci % streams].fd(),
-                    flags,
-                ));
+                fds.push(PollFd::from_borrowed_fd(links[ci / streams][ci % streams].fd(), flags));
             }
         }
         awaited.store(waiting_for, Ordering::Relaxed);
@@ -487,10 +461,7 @@ impl Driver {
             }
             left = left.min(d - now);
         }
-        let ts = Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: left.subsec_nanos() as i64,
-        };
+        let ts = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
         match poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(Error::aborted(format!("poll failed: {e}"))),
@@ -499,12 +470,7 @@ impl Driver {
 }
 
 fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
-    Error::PeerLost {
-        peer,
-        op: op.fingerprint.op,
-        seq: op.seq,
-        detail: detail.to_string(),
-    }
+    Error::PeerLost { peer, op: op.fingerprint.op, seq: op.seq, detail: detail.to_string() }
 }
 
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
@@ -513,9 +479,7 @@ fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<
     match link.try_read(buf) {
         Ok(ReadOutcome::Data(n)) => Ok(n),
         Ok(ReadOutcome::WouldBlock) => Ok(0),
-        Ok(ReadOutcome::Closed) if at == 0 => {
-            Err(lost(link.peer(), op, "the peer closed the connection"))
-        }
+        Ok(ReadOutcome::Closed) if at == 0 => Err(lost(link.peer(), op, "the peer closed the connection")),
         Ok(ReadOutcome::Closed) => Err(lost(
             link.peer(),
             op,
@@ -525,45 +489,20 @@ fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<
     }
 }
 
-fn check_header(
-    raw: &[u8; HEADER_LEN],
-    peer: Rank,
-    tag: u32,
-    len: usize,
-    op: &OpInfo,
-) -> Result<()> {
-    let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol {
-        peer,
-        detail: e.to_string(),
-    })?;
-    let want = Expect {
-        seq: op.seq,
-        fingerprint: op.fingerprint,
-        tag,
-        len: len as u64,
-    };
+fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<()> {
+    let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
+    let want = Expect { seq: op.seq, fingerprint: op.fingerprint, tag, len: len as u64 };
     match check(&h, &want, op.checks) {
         Verdict::Ok => Ok(()),
-        Verdict::Goodbye { seq } => Err(Error::PeerLeft {
-            peer,
-            op: op.fingerprint.op,
-            seq: op.seq,
-            their_seq: seq,
-        }),
-        Verdict::Mismatch { seq, fingerprint } => Err(Error::FrameMismatch {
-            peer,
-            seq: op.seq,
-            ours: op.fingerprint,
-            their_seq: seq,
-            theirs: fingerprint,
-        }),
+        Verdict::Goodbye { seq } => Err(Error::PeerLeft { peer, op: op.fingerprint.op, seq: op.seq, their_seq: seq }),
+        Verdict::Mismatch { seq, fingerprint } => {
+            Err(Error::FrameMismatch { peer, seq: op.seq, ours: op.fingerprint, their_seq: seq, theirs: fingerprint })
+        }
         Verdict::Schedule { tag: t, len: l } => Err(Error::ScheduleMismatch {
             peer,
             op: op.fingerprint.op,
             seq: op.seq,
-            detail: format!(
-                "it sent frame {t} of {l} bytes where frame {tag} of {len} bytes was expected"
-            ),
+            detail: format!("it sent frame {t} of {l} bytes where frame {tag} of {len} bytes was expected"),
         }),
     }
 }
@@ -644,21 +583,12 @@ fn recv_reduce(
                 let wat = w.off + reduced;
                 if w.buf == item.region.buf {
                     let b = rw(bufs, w.buf);
-                    debug_assert!(
-                        wat + whole <= at || at + whole <= wat,
-                        "overlapping reduce operands"
-                    );
+                    debug_assert!(wat + whole <= at || at + whole <= wat, "overlapping reduce operands");
                     let (dst, src) = split_two(b, at, wat, whole);
                     reduce3_bytes(dtype, op_, dst, src, &stage[..whole]);
                 } else {
                     let (d, s) = pair(bufs, item.region.buf, w.buf);
-                    reduce3_bytes(
-                        dtype,
-                        op_,
-                        &mut d[at..at + whole],
-                        &s[wat..wat + whole],
-                        &stage[..whole],
-                    );
+                    reduce3_bytes(dtype, op_, &mut d[at..at + whole], &s[wat..wat + whole], &stage[..whole]);
                 }
             }
         }

@@ -76,24 +76,12 @@ pub enum DecodeError {
 impl FrameHeader {
     /// A data frame header.
     pub fn data(seq: u64, fingerprint: Fingerprint, tag: u32, len: u64) -> FrameHeader {
-        FrameHeader {
-            kind: FrameKind::Data,
-            tag,
-            seq,
-            fingerprint,
-            len,
-        }
+        FrameHeader { kind: FrameKind::Data, tag, seq, fingerprint, len }
     }
 
     /// The header of a goodbye frame (sent when a communicator is destroyed).
     pub fn goodbye(seq: u64, fingerprint: Fingerprint) -> FrameHeader {
-        FrameHeader {
-            kind: FrameKind::Goodbye,
-            tag: 0,
-            seq,
-            fingerprint,
-            len: 0,
-        }
+        FrameHeader { kind: FrameKind::Goodbye, tag: 0, seq, fingerprint, len: 0 }
     }
 
     /// Encodes to the fixed layout in the module docs.
@@ -126,8 +114,8 @@ impl FrameHeader {
             1 => FrameKind::Goodbye,
             _ => return Err(DecodeError::Malformed("unknown frame kind")),
         };
-        let fingerprint = Fingerprint::decode(&b[16..32])
-            .ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
+        let fingerprint =
+            Fingerprint::decode(&b[16..32]).ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
         Ok(FrameHeader {
             kind,
             tag: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
@@ -195,23 +183,14 @@ pub fn check(h: &FrameHeader, want: &Expect, checks: bool) -> Verdict {
         return Verdict::Goodbye { seq: h.seq };
     }
     if checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
-        return Verdict::Mismatch {
-            seq: h.seq,
-            fingerprint: h.fingerprint,
-        };
+        return Verdict::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
     }
     if h.tag != want.tag || h.len != want.len {
         // Without checks a different call shows up here; report what we know.
         if !checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
-            return Verdict::Mismatch {
-                seq: h.seq,
-                fingerprint: h.fingerprint,
-            };
+            return Verdict::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
         }
-        return Verdict::Schedule {
-            tag: h.tag,
-            len: h.len,
-        };
+        return Verdict::Schedule { tag: h.tag, len: h.len };
     }
     Verdict::Ok
 }
@@ -229,12 +208,7 @@ mod tests {
     fn goodbye_round_trips() {
         let h = FrameHeader::goodbye(9, fp(1));
         assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
-        let want = Expect {
-            seq: 10,
-            fingerprint: fp(1),
-            tag: 0,
-            len: 4,
-        };
+        let want = Expect { seq: 10, fingerprint: fp(1), tag: 0, len: 4 };
         assert_eq!(check(&h, &want, true), Verdict::Goodbye { seq: 9 });
     }
 
@@ -242,46 +216,23 @@ mod tests {
     fn bad_headers_are_errors() {
         let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
         b[0] = 0;
-        assert!(matches!(
-            FrameHeader::decode(&b),
-            Err(DecodeError::BadMagic(_))
-        ));
+        assert!(matches!(FrameHeader::decode(&b), Err(DecodeError::BadMagic(_))));
         let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
         b[2] = 99;
         assert_eq!(FrameHeader::decode(&b), Err(DecodeError::Version(99)));
         let mut b = FrameHeader::data(1, fp(1), 0, 4).encode();
         b[16] = 200;
-        assert!(matches!(
-            FrameHeader::decode(&b),
-            Err(DecodeError::Malformed(_))
-        ));
+        assert!(matches!(FrameHeader::decode(&b), Err(DecodeError::Malformed(_))));
     }
 
     #[test]
     fn seq_and_schedule_disagreements() {
-        let want = Expect {
-            seq: 5,
-            fingerprint: fp(4),
-            tag: 1,
-            len: 16,
-        };
-        assert!(matches!(
-            check(&FrameHeader::data(6, fp(4), 1, 16), &want, true),
-            Verdict::Mismatch { seq: 6, .. }
-        ));
-        assert_eq!(
-            check(&FrameHeader::data(5, fp(4), 2, 16), &want, true),
-            Verdict::Schedule { tag: 2, len: 16 }
-        );
+        let want = Expect { seq: 5, fingerprint: fp(4), tag: 1, len: 16 };
+        assert!(matches!(check(&FrameHeader::data(6, fp(4), 1, 16), &want, true), Verdict::Mismatch { seq: 6, .. }));
+        assert_eq!(check(&FrameHeader::data(5, fp(4), 2, 16), &want, true), Verdict::Schedule { tag: 2, len: 16 });
         // Checks off: a different count still cannot corrupt the stream.
-        assert!(matches!(
-            check(&FrameHeader::data(5, fp(8), 1, 32), &want, false),
-            Verdict::Mismatch { .. }
-        ));
-        assert_eq!(
-            check(&FrameHeader::data(5, fp(8), 1, 16), &want, false),
-            Verdict::Ok
-        );
+        assert!(matches!(check(&FrameHeader::data(5, fp(8), 1, 32), &want, false), Verdict::Mismatch { .. }));
+        assert_eq!(check(&FrameHeader::data(5, fp(8), 1, 16), &want, false), Verdict::Ok);
     }
 
     proptest::proptest! {

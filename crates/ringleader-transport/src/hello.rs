@@ -99,14 +99,7 @@ const FIXED: usize = 4 + 1 + 4 + 4 + 2 + 4 + 2 + 32;
 
 impl Hello {
     /// A hello with its MAC computed from `token`.
-    pub fn new(
-        run_id: &str,
-        src: u32,
-        dst: u32,
-        stream: u16,
-        world: u32,
-        token: Option<&str>,
-    ) -> Hello {
+    pub fn new(run_id: &str, src: u32, dst: u32, stream: u16, world: u32, token: Option<&str>) -> Hello {
         let mut h = Hello {
             version: crate::frame::FRAME_VERSION,
             src,
@@ -137,10 +130,7 @@ impl Hello {
     /// Whether the MAC matches `token` (in constant time).
     pub fn verify(&self, token: Option<&str>) -> bool {
         let want = self.compute_mac(token);
-        want.iter()
-            .zip(self.mac.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        want.iter().zip(self.mac.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 
     /// Encodes the hello.
@@ -178,8 +168,7 @@ impl Hello {
         }
         let mut mac = [0u8; 32];
         mac.copy_from_slice(&b[21..53]);
-        let run_id =
-            std::str::from_utf8(&b[FIXED..FIXED + run_len]).map_err(|_| HelloError::NotUtf8)?;
+        let run_id = std::str::from_utf8(&b[FIXED..FIXED + run_len]).map_err(|_| HelloError::NotUtf8)?;
         Ok(Some((
             Hello {
                 version: b[4],
@@ -220,10 +209,7 @@ mod tests {
         for cut in 0..b.len() {
             assert_eq!(Hello::decode(&b[..cut]), Ok(None), "cut at {cut}");
         }
-        assert_eq!(
-            Hello::decode(b"GET / HTTP/1.1\r\n"),
-            Err(HelloError::BadMagic)
-        );
+        assert_eq!(Hello::decode(b"GET / HTTP/1.1\r\n"), Err(HelloError::BadMagic));
         let mut long = b.clone();
         long[19..21].copy_from_slice(&u16::MAX.to_le_bytes());
         assert!(matches!(Hello::decode(&long), Err(HelloError::TooLong(_))));
@@ -237,13 +223,7 @@ mod tests {
         assert_eq!(h.judge(0, 2, "run", None), Reply::AuthFailed);
         assert_eq!(h.judge(1, 2, "run", Some("t")), Reply::WrongPeer);
         assert_eq!(h.judge(0, 3, "run", Some("t")), Reply::WrongPeer);
-        for r in [
-            Reply::Ok,
-            Reply::ForeignRun,
-            Reply::AuthFailed,
-            Reply::WrongPeer,
-            Reply::Version,
-        ] {
+        for r in [Reply::Ok, Reply::ForeignRun, Reply::AuthFailed, Reply::WrongPeer, Reply::Version] {
             assert_eq!(Reply::from_code(r.code()), r);
         }
     }

@@ -46,18 +46,9 @@ impl TcpLink {
     #[inline]
     pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let r = if bufs.len() == 1 {
-            rustix::net::send(
-                &self.stream,
-                &bufs[0],
-                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-            )
+            rustix::net::send(&self.stream, &bufs[0], SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
         } else {
-            rustix::net::sendmsg(
-                &self.stream,
-                bufs,
-                &mut Default::default(),
-                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-            )
+            rustix::net::sendmsg(&self.stream, bufs, &mut Default::default(), SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
         };
         match r {
             Ok(n) => Ok(n),
@@ -76,9 +67,7 @@ impl TcpLink {
         match rustix::net::recv(&self.stream, buf, RecvFlags::DONTWAIT) {
             Ok((_, 0)) => Ok(ReadOutcome::Closed),
             Ok((_, n)) => Ok(ReadOutcome::Data(n)),
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {
-                Ok(ReadOutcome::WouldBlock)
-            }
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(ReadOutcome::WouldBlock),
             Err(e) => Err(e.into()),
         }
     }
@@ -123,9 +112,9 @@ impl DataListener {
         for port in lo..=hi {
             match listen_on(SocketAddr::new(ip, port)) {
                 Ok(listener) => {
-                    let addr = listener.local_addr().map_err(|e| {
-                        Error::invalid("RINGLEADER_IFNAME", format!("listener on {ip}: {e}"))
-                    })?;
+                    let addr = listener
+                        .local_addr()
+                        .map_err(|e| Error::invalid("RINGLEADER_IFNAME", format!("listener on {ip}: {e}")))?;
                     return Ok(DataListener { listener, addr });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
@@ -154,17 +143,19 @@ impl DataListener {
     }
 }
 
+/// Sizes the socket buffers. Set before `listen`/`connect` so that window
+/// scaling is negotiated for them.
+fn set_buffers(s: &Socket) {
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+}
+
 fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
-    let s = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.cloexec(),
-        Some(Protocol::TCP),
-    )?;
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     // Buffers must be sized before listen() for accepted sockets to inherit
     // them with window scaling.
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    set_buffers(&s);
     s.bind(&addr.into())?;
     s.listen(1024)?;
     Ok(s.into())
@@ -176,11 +167,7 @@ fn choose_ip(opts: &ListenOptions) -> Result<IpAddr> {
     if let Some(name) = &opts.ifname {
         return ip_of_interface(name);
     }
-    let target = opts
-        .store_endpoint
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.find(|a| a.is_ipv4()));
+    let target = opts.store_endpoint.to_socket_addrs().ok().and_then(|mut a| a.find(|a| a.is_ipv4()));
     if let Some(target) = target {
         if target.ip().is_loopback() {
             return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
@@ -210,28 +197,16 @@ pub fn ip_of_interface(name: &str) -> Result<IpAddr> {
     let pick = |exact: bool| {
         ifs.iter()
             .filter(|i| i.ip().is_ipv4())
-            .find(|i| {
-                if exact {
-                    i.name == name
-                } else {
-                    i.name.starts_with(name)
-                }
-            })
+            .find(|i| if exact { i.name == name } else { i.name.starts_with(name) })
             .map(|i| i.ip())
     };
     pick(true).or_else(|| pick(false)).ok_or_else(|| {
-        let mut names: Vec<_> = ifs
-            .iter()
-            .filter(|i| i.ip().is_ipv4())
-            .map(|i| format!("{} ({})", i.name, i.ip()))
-            .collect();
+        let mut names: Vec<_> =
+            ifs.iter().filter(|i| i.ip().is_ipv4()).map(|i| format!("{} ({})", i.name, i.ip())).collect();
         names.dedup();
         Error::invalid(
             "RINGLEADER_IFNAME",
-            format!(
-                "no IPv4 interface named {name:?} or starting with it; this host has {}",
-                names.join(", ")
-            ),
+            format!("no IPv4 interface named {name:?} or starting with it; this host has {}", names.join(", ")),
         )
     })
 }
@@ -262,15 +237,7 @@ pub struct Mesh {
 
 enum Pending {
     /// Outbound: connect in progress, then hello out, then reply in.
-    Out {
-        peer: Rank,
-        stream: u16,
-        sock: Socket,
-        addr: SocketAddr,
-        hello: Vec<u8>,
-        sent: usize,
-        connected: bool,
-    },
+    Out { peer: Rank, stream: u16, sock: Socket, addr: SocketAddr, hello: Vec<u8>, sent: usize, connected: bool },
     /// Inbound: accepted, hello being read.
     In { sock: TcpStream, buf: Vec<u8> },
 }
@@ -303,22 +270,13 @@ struct MeshBuilder<'a> {
 }
 
 impl<'a> MeshBuilder<'a> {
-    fn new(
-        listener: DataListener,
-        addrs: &[String],
-        opts: &'a MeshOptions,
-    ) -> Result<MeshBuilder<'a>> {
-        listener
-            .listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::invalid("data listener", e.to_string()))?;
+    fn new(listener: DataListener, addrs: &[String], opts: &'a MeshOptions) -> Result<MeshBuilder<'a>> {
+        listener.listener.set_nonblocking(true).map_err(|e| Error::invalid("data listener", e.to_string()))?;
         let mut b = MeshBuilder {
             listener,
             opts,
             pending: Vec::new(),
-            links: (0..opts.world)
-                .map(|_| (0..opts.streams).map(|_| None).collect())
-                .collect(),
+            links: (0..opts.world).map(|_| (0..opts.streams).map(|_| None).collect()).collect(),
             start: Instant::now(),
             refused: Vec::new(),
         };
@@ -338,58 +296,25 @@ impl<'a> MeshBuilder<'a> {
 
     fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) -> Result<()> {
         let o = self.opts;
-        let unreachable = |detail: String| Error::DataPortUnreachable {
-            src: o.rank,
-            dst: peer,
-            addr: addr.to_string(),
-            detail,
-        };
-        let sock = Socket::new(
-            Domain::for_address(addr),
-            Type::STREAM.cloexec(),
-            Some(Protocol::TCP),
-        )
-        .map_err(|e| unreachable(e.to_string()))?;
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-        sock.set_nonblocking(true)
+        let unreachable =
+            |detail: String| Error::DataPortUnreachable { src: o.rank, dst: peer, addr: addr.to_string(), detail };
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP))
             .map_err(|e| unreachable(e.to_string()))?;
+        set_buffers(&sock);
+        sock.set_nonblocking(true).map_err(|e| unreachable(e.to_string()))?;
         let connected = match sock.connect(&addr.into()) {
             Ok(()) => true,
-            Err(e)
-                if e.raw_os_error() == Some(libc_einprogress())
-                    || e.kind() == io::ErrorKind::WouldBlock =>
-            {
-                false
-            }
+            Err(e) if e.raw_os_error() == Some(libc_einprogress()) || e.kind() == io::ErrorKind::WouldBlock => false,
             Err(e) => return Err(unreachable(e.to_string())),
         };
-        let hello = Hello::new(
-            &o.run_id,
-            o.rank as u32,
-            peer as u32,
-            stream,
-            o.world as u32,
-            o.token.as_deref(),
-        )
-        .encode();
-        self.pending.push(Pending::Out {
-            peer,
-            stream,
-            sock,
-            addr,
-            hello,
-            sent: 0,
-            connected,
-        });
+        let hello =
+            Hello::new(&o.run_id, o.rank as u32, peer as u32, stream, o.world as u32, o.token.as_deref()).encode();
+        self.pending.push(Pending::Out { peer, stream, sock, addr, hello, sent: 0, connected });
         Ok(())
     }
 
     fn done(&self) -> bool {
-        self.links
-            .iter()
-            .enumerate()
-            .all(|(p, s)| p == self.opts.rank || s.iter().all(|l| l.is_some()))
+        self.links.iter().enumerate().all(|(p, s)| p == self.opts.rank || s.iter().all(|l| l.is_some()))
     }
 
     fn run(mut self, abort: &AbortSignal) -> Result<Mesh> {
@@ -416,11 +341,7 @@ impl<'a> MeshBuilder<'a> {
                 self.wait(abort, deadline.min(now + Duration::from_millis(50)))?;
             }
         }
-        let links = self
-            .links
-            .into_iter()
-            .map(|s| s.into_iter().flatten().collect())
-            .collect();
+        let links = self.links.into_iter().map(|s| s.into_iter().flatten().collect()).collect();
         Ok(Mesh { links })
     }
 
@@ -431,30 +352,15 @@ impl<'a> MeshBuilder<'a> {
         ];
         for p in &self.pending {
             match p {
-                Pending::Out {
-                    sock,
-                    sent,
-                    hello,
-                    connected,
-                    ..
-                } => {
-                    let want = if !connected || sent < &hello.len() {
-                        PollFlags::OUT
-                    } else {
-                        PollFlags::IN
-                    };
+                Pending::Out { sock, sent, hello, connected, .. } => {
+                    let want = if !connected || sent < &hello.len() { PollFlags::OUT } else { PollFlags::IN };
                     fds.push(PollFd::from_borrowed_fd(sock.as_fd(), want));
                 }
-                Pending::In { sock, .. } => {
-                    fds.push(PollFd::from_borrowed_fd(sock.as_fd(), PollFlags::IN))
-                }
+                Pending::In { sock, .. } => fds.push(PollFd::from_borrowed_fd(sock.as_fd(), PollFlags::IN)),
             }
         }
         let left = until.saturating_duration_since(Instant::now());
-        let ts = Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: left.subsec_nanos() as i64,
-        };
+        let ts = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
         let _ = poll(&mut fds, Some(&ts));
         Ok(())
     }
@@ -464,10 +370,7 @@ impl<'a> MeshBuilder<'a> {
             match self.listener.listener.accept() {
                 Ok((sock, _)) => {
                     let _ = sock.set_nonblocking(true);
-                    self.pending.push(Pending::In {
-                        sock,
-                        buf: Vec::new(),
-                    });
+                    self.pending.push(Pending::In { sock, buf: Vec::new() });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -479,9 +382,7 @@ impl<'a> MeshBuilder<'a> {
 
     fn retry_refused(&mut self) -> Result<()> {
         let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refused)
-            .into_iter()
-            .partition(|r| r.3 <= now);
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refused).into_iter().partition(|r| r.3 <= now);
         self.refused = later;
         for (peer, stream, addr, _) in due {
             self.start_connect(peer, stream, addr)?;
@@ -492,15 +393,7 @@ impl<'a> MeshBuilder<'a> {
     /// Moves one pending connection forward; returns it if still pending.
     fn advance(&mut self, p: Pending, progressed: &mut bool) -> Result<Option<Pending>> {
         match p {
-            Pending::Out {
-                peer,
-                stream,
-                sock,
-                addr,
-                hello,
-                mut sent,
-                mut connected,
-            } => {
+            Pending::Out { peer, stream, sock, addr, hello, mut sent, mut connected } => {
                 let o = self.opts;
                 let unreachable = |detail: String| Error::DataPortUnreachable {
                     src: o.rank,
@@ -517,12 +410,7 @@ impl<'a> MeshBuilder<'a> {
                             // The peer listens before it registers, so a refusal
                             // is not a startup race; it is retried until the
                             // timeout anyway, in case a SYN met a full backlog.
-                            self.refused.push((
-                                peer,
-                                stream,
-                                addr,
-                                Instant::now() + Duration::from_millis(50),
-                            ));
+                            self.refused.push((peer, stream, addr, Instant::now() + Duration::from_millis(50)));
                             return Ok(None);
                         }
                         Ok(Some(e)) => return Err(unreachable(e.to_string())),
@@ -535,24 +423,12 @@ impl<'a> MeshBuilder<'a> {
                             *progressed = true;
                         }
                         Err(_) => {
-                            return Ok(Some(Pending::Out {
-                                peer,
-                                stream,
-                                sock,
-                                addr,
-                                hello,
-                                sent,
-                                connected,
-                            }));
+                            return Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }));
                         }
                     }
                 }
                 if sent < hello.len() {
-                    match rustix::net::send(
-                        &sock,
-                        &hello[sent..],
-                        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-                    ) {
+                    match rustix::net::send(&sock, &hello[sent..], SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
                         Ok(n) => {
                             sent += n;
                             *progressed = true;
@@ -560,15 +436,7 @@ impl<'a> MeshBuilder<'a> {
                         Err(rustix::io::Errno::AGAIN) => {}
                         Err(e) => return Err(unreachable(format!("sending the handshake: {e}"))),
                     }
-                    return Ok(Some(Pending::Out {
-                        peer,
-                        stream,
-                        sock,
-                        addr,
-                        hello,
-                        sent,
-                        connected,
-                    }));
+                    return Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }));
                 }
                 let mut reply = [0u8; 1];
                 match rustix::net::recv(&sock, &mut reply, RecvFlags::DONTWAIT) {
@@ -577,18 +445,10 @@ impl<'a> MeshBuilder<'a> {
                         self.finish_out(peer, stream, sock, addr, Reply::from_code(reply[0]))?;
                         Ok(None)
                     }
-                    Ok(_) => Err(unreachable(
-                        "the peer closed the connection during the handshake".into(),
-                    )),
-                    Err(rustix::io::Errno::AGAIN) => Ok(Some(Pending::Out {
-                        peer,
-                        stream,
-                        sock,
-                        addr,
-                        hello,
-                        sent,
-                        connected,
-                    })),
+                    Ok(_) => Err(unreachable("the peer closed the connection during the handshake".into())),
+                    Err(rustix::io::Errno::AGAIN) => {
+                        Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }))
+                    }
                     Err(e) => Err(unreachable(format!("waiting for the handshake reply: {e}"))),
                 }
             }
@@ -611,25 +471,17 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn finish_out(
-        &mut self,
-        peer: Rank,
-        stream: u16,
-        sock: Socket,
-        addr: SocketAddr,
-        reply: Reply,
-    ) -> Result<()> {
+    fn finish_out(&mut self, peer: Rank, stream: u16, sock: Socket, addr: SocketAddr, reply: Reply) -> Result<()> {
         let o = self.opts;
         let addr_s = addr.to_string();
         match reply {
             Reply::Ok => {
-                let link =
-                    TcpLink::new(sock.into(), peer).map_err(|e| Error::DataPortUnreachable {
-                        src: o.rank,
-                        dst: peer,
-                        addr: addr_s,
-                        detail: e.to_string(),
-                    })?;
+                let link = TcpLink::new(sock.into(), peer).map_err(|e| Error::DataPortUnreachable {
+                    src: o.rank,
+                    dst: peer,
+                    addr: addr_s,
+                    detail: e.to_string(),
+                })?;
                 self.links[peer][stream as usize] = Some(Link::Tcp(link));
                 Ok(())
             }
@@ -650,8 +502,7 @@ impl<'a> MeshBuilder<'a> {
                 src: o.rank,
                 dst: peer,
                 addr: addr_s,
-                detail: "a process that is not that rank (or has another world size) answered"
-                    .into(),
+                detail: "a process that is not that rank (or has another world size) answered".into(),
             }),
         }
     }
@@ -668,9 +519,7 @@ impl<'a> MeshBuilder<'a> {
         let _ = rustix::net::send(&sock, &[reply.code()], SendFlags::NOSIGNAL);
         let (src, stream) = (hello.src as usize, hello.stream as usize);
         match reply {
-            Reply::Ok
-                if src > o.rank && stream < o.streams && self.links[src][stream].is_none() =>
-            {
+            Reply::Ok if src > o.rank && stream < o.streams && self.links[src][stream].is_none() => {
                 let link = TcpLink::new(sock, src).map_err(|e| Error::DataPortUnreachable {
                     src,
                     dst: o.rank,
@@ -704,40 +553,21 @@ impl<'a> MeshBuilder<'a> {
             };
         }
         for p in &self.pending {
-            if let Pending::Out {
-                peer,
-                addr,
-                connected,
-                ..
-            } = p
-            {
+            if let Pending::Out { peer, addr, connected, .. } = p {
                 let detail = if *connected {
                     "connected, but the handshake got no answer".to_string()
                 } else {
-                    format!(
-                        "no answer to connect within {:.1} s (packets dropped?)",
-                        o.timeout.as_secs_f64()
-                    )
+                    format!("no answer to connect within {:.1} s (packets dropped?)", o.timeout.as_secs_f64())
                 };
-                return Error::DataPortUnreachable {
-                    src: o.rank,
-                    dst: *peer,
-                    addr: addr.to_string(),
-                    detail,
-                };
+                return Error::DataPortUnreachable { src: o.rank, dst: *peer, addr: addr.to_string(), detail };
             }
         }
-        let missing = (o.rank + 1..o.world)
-            .find(|p| self.links[*p].iter().any(|l| l.is_none()))
-            .unwrap_or(o.rank);
+        let missing = (o.rank + 1..o.world).find(|p| self.links[*p].iter().any(|l| l.is_none())).unwrap_or(o.rank);
         Error::DataPortUnreachable {
             src: missing,
             dst: o.rank,
             addr: self.listener.addr.to_string(),
-            detail: format!(
-                "no connection from rank {missing} arrived within {:.1} s",
-                o.timeout.as_secs_f64()
-            ),
+            detail: format!("no connection from rank {missing} arrived within {:.1} s", o.timeout.as_secs_f64()),
         }
     }
 }

@@ -51,11 +51,7 @@ pub(super) struct Channel {
 
 impl Channel {
     /// Connects to `addr` by `deadline`, abortably.
-    pub(super) fn connect(
-        addr: SocketAddr,
-        deadline: Instant,
-        abort: Option<AbortSignal>,
-    ) -> Result<Channel, Failure> {
+    pub(super) fn connect(addr: SocketAddr, deadline: Instant, abort: Option<AbortSignal>) -> Result<Channel, Failure> {
         let family = match addr {
             SocketAddr::V4(_) => AddressFamily::INET,
             SocketAddr::V6(_) => AddressFamily::INET6,
@@ -72,11 +68,7 @@ impl Channel {
         }
         // Requests and answers are small frames; Nagle would only add delay.
         let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
-        Ok(Channel {
-            stream: TcpStream::from(fd),
-            rbuf: Vec::new(),
-            abort,
-        })
+        Ok(Channel { stream: TcpStream::from(fd), rbuf: Vec::new(), abort })
     }
 
     /// Writes all of `frame` by `deadline`. `MSG_NOSIGNAL`: a closed peer
@@ -113,10 +105,8 @@ impl Channel {
     /// Appends what the socket has to the buffer, waiting for it if need be.
     fn fill(&mut self, deadline: Instant) -> Result<(), Failure> {
         let old = self.rbuf.len();
-        let frame_rest =
-            crate::codec::declared_len(&self.rbuf).map_or(0, |len| (len + 4).saturating_sub(old));
-        self.rbuf
-            .resize(old + frame_rest.clamp(READ_CHUNK, MAX_READ), 0);
+        let frame_rest = crate::codec::declared_len(&self.rbuf).map_or(0, |len| (len + 4).saturating_sub(old));
+        self.rbuf.resize(old + frame_rest.clamp(READ_CHUNK, MAX_READ), 0);
         let read = self.read_into(old, deadline);
         self.rbuf.truncate(old + read.as_ref().map_or(0, |n| *n));
         match read? {
@@ -129,13 +119,9 @@ impl Channel {
         loop {
             match (&self.stream).read(&mut self.rbuf[at..]) {
                 Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wait(PollFlags::IN, deadline)?
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(PollFlags::IN, deadline)?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                    return Err(Failure::Closed)
-                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Err(Failure::Closed),
                 Err(e) => return Err(Failure::Io(e)),
             }
         }
@@ -181,10 +167,7 @@ pub(super) fn pause(pause: Duration, abort: Option<&AbortSignal>) -> Result<(), 
     };
     let until = Instant::now() + pause;
     let fd = signal.fd();
-    while let Some(left) = until
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-    {
+    while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
         signal.check()?;
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
         let _ = poll(&mut fds, Some(&timespec(left)));

@@ -9,9 +9,7 @@
 use super::channel::{pause, Channel, Failure};
 use super::ClientOptions;
 use crate::auth::{self, Transcript};
-use crate::codec::{
-    self, Challenge, ClientMsg, Hello, ServerMsg, Welcome, MAGIC, PROTOCOL_VERSION,
-};
+use crate::codec::{self, Challenge, ClientMsg, Hello, ServerMsg, Welcome, MAGIC, PROTOCOL_VERSION};
 use crate::job::Role;
 use ringleader_core::{Error, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -27,8 +25,7 @@ const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 /// A store greets at once; a peer silent for this long is something else.
 pub(super) const GREETING_TIMEOUT: Duration = Duration::from_secs(3);
 
-const NOT_OUR_PROTOCOL: &str =
-    "does not speak the ringleader store protocol (is it another program, \
+const NOT_OUR_PROTOCOL: &str = "does not speak the ringleader store protocol (is it another program, \
      e.g. torch's TCPStore, listening on that port?)";
 
 /// How one attempt failed.
@@ -56,12 +53,7 @@ pub(super) fn connect(addr: &str, opts: &ClientOptions) -> Result<Channel> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             let waited = start.elapsed();
-            return Err(Error::StoreUnreachable {
-                addr: addr.into(),
-                attempts,
-                waited,
-                last_error,
-            });
+            return Err(Error::StoreUnreachable { addr: addr.into(), attempts, waited, last_error });
         }
         tracing::debug!(addr, attempts, %last_error, "store not reachable yet");
         pause(backoff.min(left), opts.abort.as_ref())?;
@@ -73,23 +65,14 @@ pub(super) fn connect(addr: &str, opts: &ClientOptions) -> Result<Channel> {
 fn validate(addr: &str, opts: &ClientOptions) -> Result<()> {
     let port = addr.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
     if !matches!(port, Some(Ok(p)) if p != 0) {
-        return Err(Error::invalid(
-            "store address",
-            format!("{addr:?} is not HOST:PORT"),
-        ));
+        return Err(Error::invalid("store address", format!("{addr:?} is not HOST:PORT")));
     }
     if opts.role == Role::Member && opts.rank.is_none() {
-        return Err(Error::invalid(
-            "rank",
-            "a member connection must name its rank",
-        ));
+        return Err(Error::invalid("rank", "a member connection must name its rank"));
     }
     for (what, n) in [("rank", opts.rank), ("world_size", opts.world_size)] {
         if n.is_some_and(|n| u32::try_from(n).is_err()) {
-            return Err(Error::invalid(
-                what,
-                format!("{} is too large", n.unwrap_or_default()),
-            ));
+            return Err(Error::invalid(what, format!("{} is too large", n.unwrap_or_default())));
         }
     }
     Ok(())
@@ -151,12 +134,7 @@ fn handshake(mut channel: Channel, addr: &str, opts: &ClientOptions) -> Result<C
     let welcome = match reply.map_err(|f| after_hello(f, addr))? {
         ServerMsg::Welcome(w) => w,
         ServerMsg::Reject(reason) => return Err(Attempt::Fatal(reason.into_error(addr))),
-        other => {
-            return Err(protocol(
-                addr,
-                format!("answered our hello with {}", super::brief(&other)),
-            ))
-        }
+        other => return Err(protocol(addr, format!("answered our hello with {}", super::brief(&other)))),
     };
     check_welcome(&welcome, &challenge, &client_nonce, addr, opts).map_err(Attempt::Fatal)?;
     Ok(channel)
@@ -173,9 +151,14 @@ fn greeting(channel: &mut Channel, addr: &str) -> Result<Challenge, Attempt> {
         Failure::Io(e) => Attempt::Retry(format!("the connection failed before the store greeted us: {e}")),
         Failure::Deadline => {
             let secs = GREETING_TIMEOUT.as_secs_f64();
-            protocol(addr, format!("accepted the connection but sent no greeting within {secs:.1} s: it {NOT_OUR_PROTOCOL}"))
+            protocol(
+                addr,
+                format!("accepted the connection but sent no greeting within {secs:.1} s: it {NOT_OUR_PROTOCOL}"),
+            )
         }
-        Failure::Codec(e) => protocol(addr, format!("answered with bytes that are not a store greeting ({e}): it {NOT_OUR_PROTOCOL}")),
+        Failure::Codec(e) => {
+            protocol(addr, format!("answered with bytes that are not a store greeting ({e}): it {NOT_OUR_PROTOCOL}"))
+        }
         Failure::Unexpected(what) => protocol(addr, what),
     })
 }
@@ -183,19 +166,13 @@ fn greeting(channel: &mut Channel, addr: &str) -> Result<Challenge, Attempt> {
 fn after_hello(f: Failure, addr: &str) -> Attempt {
     match f {
         Failure::Aborted(e) => Attempt::Fatal(e),
-        Failure::Deadline => protocol(
-            addr,
-            format!("did not answer our hello within {GREETING_TIMEOUT:?}"),
-        ),
+        Failure::Deadline => protocol(addr, format!("did not answer our hello within {GREETING_TIMEOUT:?}")),
         other => protocol(addr, format!("the handshake failed: {}", describe(other))),
     }
 }
 
 fn protocol(addr: &str, detail: String) -> Attempt {
-    Attempt::Fatal(Error::StoreProtocol {
-        addr: addr.into(),
-        detail,
-    })
+    Attempt::Fatal(Error::StoreProtocol { addr: addr.into(), detail })
 }
 
 fn check_version(challenge: &Challenge, addr: &str, opts: &ClientOptions) -> Result<()> {
@@ -220,11 +197,7 @@ fn check_version(challenge: &Challenge, addr: &str, opts: &ClientOptions) -> Res
     })
 }
 
-fn transcript<'a>(
-    challenge: &'a Challenge,
-    client_nonce: &'a [u8; 32],
-    opts: &'a ClientOptions,
-) -> Transcript<'a> {
+fn transcript<'a>(challenge: &'a Challenge, client_nonce: &'a [u8; 32], opts: &'a ClientOptions) -> Transcript<'a> {
     Transcript {
         server_nonce: &challenge.nonce,
         client_nonce,
@@ -236,10 +209,7 @@ fn transcript<'a>(
 
 fn hello(opts: &ClientOptions, challenge: &Challenge) -> Hello {
     let client_nonce = auth::nonce();
-    let mac = opts
-        .token
-        .as_deref()
-        .map(|token| transcript(challenge, &client_nonce, opts).client_mac(token));
+    let mac = opts.token.as_deref().map(|token| transcript(challenge, &client_nonce, opts).client_mac(token));
     Hello {
         magic: MAGIC,
         protocol_version: PROTOCOL_VERSION,
@@ -269,13 +239,8 @@ fn check_welcome(
     };
     let detail = match &welcome.server_mac {
         None => "the store does not know the job's token (it runs without one)",
-        Some(mac) if transcript(challenge, client_nonce, opts).verify_server(token, mac) => {
-            return Ok(())
-        }
+        Some(mac) if transcript(challenge, client_nonce, opts).verify_server(token, mac) => return Ok(()),
         Some(_) => "the store's proof of the token is wrong (it has a different token)",
     };
-    Err(Error::AuthFailed {
-        addr: addr.into(),
-        detail: detail.into(),
-    })
+    Err(Error::AuthFailed { addr: addr.into(), detail: detail.into() })
 }

@@ -112,10 +112,7 @@ impl fmt::Debug for ClientOptions {
 }
 
 fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 /// A connection to the store. Calls take `&mut self`: one request at a time.
@@ -141,10 +138,7 @@ pub struct StoreClient {
 
 impl fmt::Debug for StoreClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreClient")
-            .field("addr", &self.addr)
-            .field("broken", &self.broken)
-            .finish_non_exhaustive()
+        f.debug_struct("StoreClient").field("addr", &self.addr).field("broken", &self.broken).finish_non_exhaustive()
     }
 }
 
@@ -180,10 +174,7 @@ impl StoreClient {
 
     /// Stores `value` under `key`, waking whoever waits for it.
     pub fn set(&mut self, key: &str, value: &[u8]) -> Result<()> {
-        let req = Request::Set {
-            key: key.into(),
-            value: value.to_vec(),
-        };
+        let req = Request::Set { key: key.into(), value: value.to_vec() };
         self.call(req, None, |r| match r {
             Response::Ok => Ok(()),
             r => Err(r),
@@ -193,10 +184,7 @@ impl StoreClient {
     /// The value of `key`, waiting up to `timeout` for it to be set;
     /// [`Error::StoreTimeout`] naming the key after that.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
-        let req = Request::Get {
-            key: key.into(),
-            timeout,
-        };
+        let req = Request::Get { key: key.into(), timeout };
         self.call(req, Some(timeout), |r| match r {
             Response::Value(v) => Ok(v),
             r => Err(r),
@@ -216,10 +204,7 @@ impl StoreClient {
     /// the new value. The counter is stored as decimal ASCII, as torch's
     /// TCPStore does, so `get` reads it as text.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
-        let req = Request::Add {
-            key: key.into(),
-            delta,
-        };
+        let req = Request::Add { key: key.into(), delta };
         self.call(req, None, |r| match r {
             Response::Int(n) => Ok(n),
             r => Err(r),
@@ -230,17 +215,9 @@ impl StoreClient {
     /// (`None`: if `key` is absent), atomically. Answers the value stored
     /// afterwards: `desired` when the swap happened, else the current value,
     /// which is empty when `key` is absent (and then nothing was stored).
-    pub fn compare_set(
-        &mut self,
-        key: &str,
-        expected: Option<&[u8]>,
-        desired: &[u8],
-    ) -> Result<Vec<u8>> {
-        let req = Request::CompareSet {
-            key: key.into(),
-            expected: expected.map(<[u8]>::to_vec),
-            desired: desired.to_vec(),
-        };
+    pub fn compare_set(&mut self, key: &str, expected: Option<&[u8]>, desired: &[u8]) -> Result<Vec<u8>> {
+        let req =
+            Request::CompareSet { key: key.into(), expected: expected.map(<[u8]>::to_vec), desired: desired.to_vec() };
         self.call(req, None, |r| match r {
             Response::Value(v) => Ok(v),
             r => Err(r),
@@ -250,10 +227,7 @@ impl StoreClient {
     /// Waits up to `timeout` until every one of `keys` is set;
     /// [`Error::StoreTimeout`] naming the missing ones after that.
     pub fn wait(&mut self, keys: &[&str], timeout: Duration) -> Result<()> {
-        let req = Request::Wait {
-            keys: owned(keys),
-            timeout,
-        };
+        let req = Request::Wait { keys: owned(keys), timeout };
         self.call(req, Some(timeout), |r| match r {
             Response::Ok => Ok(()),
             r => Err(r),
@@ -289,10 +263,7 @@ impl StoreClient {
     /// The values of `keys`, in order, waiting up to `timeout` until all
     /// are set.
     pub fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        let req = Request::MultiGet {
-            keys: owned(keys),
-            timeout,
-        };
+        let req = Request::MultiGet { keys: owned(keys), timeout };
         self.call(req, Some(timeout), |r| match r {
             Response::Values(v) => Ok(v),
             r => Err(r),
@@ -301,10 +272,7 @@ impl StoreClient {
 
     /// Sets every pair at once: a waiter never sees only some of them.
     pub fn multi_set(&mut self, pairs: &[(&str, &[u8])]) -> Result<()> {
-        let pairs = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_vec()))
-            .collect();
+        let pairs = pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
         self.call(Request::MultiSet { pairs }, None, |r| match r {
             Response::Ok => Ok(()),
             r => Err(r),
@@ -313,10 +281,7 @@ impl StoreClient {
 
     /// Appends `value` to the value at `key` (absent counts as empty).
     pub fn append(&mut self, key: &str, value: &[u8]) -> Result<()> {
-        let req = Request::Append {
-            key: key.into(),
-            value: value.to_vec(),
-        };
+        let req = Request::Append { key: key.into(), value: value.to_vec() };
         self.call(req, None, |r| match r {
             Response::Ok => Ok(()),
             r => Err(r),
@@ -325,9 +290,7 @@ impl StoreClient {
 
     /// Every key that starts with `prefix`, sorted.
     pub fn keys_with_prefix(&mut self, prefix: &str) -> Result<Vec<String>> {
-        let req = Request::KeysWithPrefix {
-            prefix: prefix.into(),
-        };
+        let req = Request::KeysWithPrefix { prefix: prefix.into() };
         self.call(req, None, |r| match r {
             Response::Keys(k) => Ok(k),
             r => Err(r),
@@ -338,9 +301,7 @@ impl StoreClient {
     /// 16 KiB) that [`StoreClient::status`] reports with the heartbeat's age.
     /// Only a member connection may send heartbeats.
     pub fn heartbeat(&mut self, payload: &[u8]) -> Result<()> {
-        let req = Request::Heartbeat {
-            payload: payload.to_vec(),
-        };
+        let req = Request::Heartbeat { payload: payload.to_vec() };
         self.call(req, None, |r| match r {
             Response::Ok => Ok(()),
             r => Err(r),
@@ -359,9 +320,7 @@ impl StoreClient {
     /// Sets the job-wide abort record (at most 64 KiB) unless one is set;
     /// answers whether this call set it. Every status poll sees it.
     pub fn abort_job(&mut self, record: &[u8]) -> Result<bool> {
-        let req = Request::AbortJob {
-            record: record.to_vec(),
-        };
+        let req = Request::AbortJob { record: record.to_vec() };
         self.call(req, None, |r| match r {
             Response::Bool(b) => Ok(b),
             r => Err(r),
@@ -417,12 +376,7 @@ impl StoreClient {
         }
     }
 
-    fn exchange(
-        &mut self,
-        req: &Request,
-        wait: Option<Duration>,
-        start: Instant,
-    ) -> Result<Response> {
+    fn exchange(&mut self, req: &Request, wait: Option<Duration>, start: Instant) -> Result<Response> {
         self.usable()?;
         self.last_id += 1;
         let id = self.last_id;
@@ -432,11 +386,8 @@ impl StoreClient {
         if let Err(f) = self.channel.send(&frame, deadline(start, self.op_timeout)) {
             return Err(self.fail(f, req, start, true));
         }
-        let patience = wait.map_or(self.op_timeout, |w| {
-            w.saturating_add(WAIT_GRACE.min(self.op_timeout))
-        });
-        self.answer(id, deadline(start, patience))
-            .map_err(|f| self.fail(f, req, start, false))
+        let patience = wait.map_or(self.op_timeout, |w| w.saturating_add(WAIT_GRACE.min(self.op_timeout)));
+        self.answer(id, deadline(start, patience)).map_err(|f| self.fail(f, req, start, false))
     }
 
     /// Reads until the answer to request `id`, skipping late answers to
@@ -466,11 +417,7 @@ impl StoreClient {
     }
 
     fn timeout(&self, keys: Vec<String>, start: Instant) -> Error {
-        Error::StoreTimeout {
-            addr: self.addr.clone(),
-            keys,
-            waited: start.elapsed(),
-        }
+        Error::StoreTimeout { addr: self.addr.clone(), keys, waited: start.elapsed() }
     }
 
     /// Turns a failed exchange into the error to return. A deadline or an
@@ -480,18 +427,13 @@ impl StoreClient {
     fn fail(&mut self, f: Failure, req: &Request, start: Instant, sending: bool) -> Error {
         let keeps = !sending && matches!(f, Failure::Deadline | Failure::Aborted(_));
         let op = req.name();
-        let protocol = |detail: String| Error::StoreProtocol {
-            addr: self.addr.clone(),
-            detail,
-        };
+        let protocol = |detail: String| Error::StoreProtocol { addr: self.addr.clone(), detail };
         let err = match f {
             Failure::Aborted(e) => e,
             Failure::Deadline => self.timeout(req.keys(), start),
             Failure::Closed => protocol(format!("the store closed the connection during {op}")),
             Failure::Io(e) => protocol(format!("the connection failed during {op}: {e}")),
-            Failure::Codec(e) => {
-                protocol(format!("the store sent a malformed frame during {op}: {e}"))
-            }
+            Failure::Codec(e) => protocol(format!("the store sent a malformed frame during {op}: {e}")),
             Failure::Unexpected(what) => protocol(format!("the store {what}")),
         };
         if !keeps {

@@ -83,62 +83,23 @@ pub(crate) enum WireError {
 /// One store operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Request {
-    Set {
-        key: String,
-        value: Vec<u8>,
-    },
-    Get {
-        key: String,
-        timeout: Duration,
-    },
-    TryGet {
-        key: String,
-    },
-    Add {
-        key: String,
-        delta: i64,
-    },
-    CompareSet {
-        key: String,
-        expected: Option<Vec<u8>>,
-        desired: Vec<u8>,
-    },
-    Wait {
-        keys: Vec<String>,
-        timeout: Duration,
-    },
-    Check {
-        keys: Vec<String>,
-    },
-    Delete {
-        key: String,
-    },
+    Set { key: String, value: Vec<u8> },
+    Get { key: String, timeout: Duration },
+    TryGet { key: String },
+    Add { key: String, delta: i64 },
+    CompareSet { key: String, expected: Option<Vec<u8>>, desired: Vec<u8> },
+    Wait { keys: Vec<String>, timeout: Duration },
+    Check { keys: Vec<String> },
+    Delete { key: String },
     NumKeys,
-    MultiGet {
-        keys: Vec<String>,
-        timeout: Duration,
-    },
-    MultiSet {
-        pairs: Vec<(String, Vec<u8>)>,
-    },
-    Append {
-        key: String,
-        value: Vec<u8>,
-    },
-    KeysWithPrefix {
-        prefix: String,
-    },
-    Heartbeat {
-        payload: Vec<u8>,
-    },
+    MultiGet { keys: Vec<String>, timeout: Duration },
+    MultiSet { pairs: Vec<(String, Vec<u8>)> },
+    Append { key: String, value: Vec<u8> },
+    KeysWithPrefix { prefix: String },
+    Heartbeat { payload: Vec<u8> },
     Leave,
-    AbortJob {
-        record: Vec<u8>,
-    },
-    Status {
-        since: Option<u64>,
-        timeout: Duration,
-    },
+    AbortJob { record: Vec<u8> },
+    Status { since: Option<u64>, timeout: Duration },
 }
 
 /// The answer to one [`Request`].
@@ -205,14 +166,8 @@ impl ClientMsg {
     pub(crate) fn decode(d: &mut Dec<'_>) -> R<Self> {
         match d.u8("message tag")? {
             TAG_HELLO => Ok(ClientMsg::Hello(Hello::decode(d)?)),
-            TAG_REQUEST => Ok(ClientMsg::Request {
-                id: d.u64("request id")?,
-                req: Request::decode(d)?,
-            }),
-            tag => Err(CodecError::UnknownTag {
-                what: "client message",
-                tag,
-            }),
+            TAG_REQUEST => Ok(ClientMsg::Request { id: d.u64("request id")?, req: Request::decode(d)? }),
+            tag => Err(CodecError::UnknownTag { what: "client message", tag }),
         }
     }
 }
@@ -243,18 +198,12 @@ impl ServerMsg {
     pub(crate) fn decode(d: &mut Dec<'_>) -> R<Self> {
         match d.u8("message tag")? {
             TAG_CHALLENGE => Ok(ServerMsg::Challenge(Challenge::decode(d)?)),
-            TAG_WELCOME => Ok(ServerMsg::Welcome(Welcome {
-                server_mac: d.opt("server mac", |d| d.array32("server mac"))?,
-            })),
+            TAG_WELCOME => {
+                Ok(ServerMsg::Welcome(Welcome { server_mac: d.opt("server mac", |d| d.array32("server mac"))? }))
+            }
             TAG_REJECT => Ok(ServerMsg::Reject(WireError::decode(d)?)),
-            TAG_RESPONSE => Ok(ServerMsg::Response {
-                id: d.u64("request id")?,
-                resp: Response::decode(d)?,
-            }),
-            tag => Err(CodecError::UnknownTag {
-                what: "server message",
-                tag,
-            }),
+            TAG_RESPONSE => Ok(ServerMsg::Response { id: d.u64("request id")?, resp: Response::decode(d)? }),
+            tag => Err(CodecError::UnknownTag { what: "server message", tag }),
         }
     }
 }
@@ -285,9 +234,7 @@ impl Challenge {
         let challenge = Challenge {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
-            library_version: d
-                .string("library version", MAX_TEXT)
-                .unwrap_or_else(|_| "an unknown version".into()),
+            library_version: d.string("library version", MAX_TEXT).unwrap_or_else(|_| "an unknown version".into()),
             run_id: String::new(),
             nonce: [0; 32],
         };
@@ -302,9 +249,7 @@ impl Hello {
         let hello = Hello {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
-            library_version: d
-                .string("library version", MAX_TEXT)
-                .unwrap_or_else(|_| "an unknown version".into()),
+            library_version: d.string("library version", MAX_TEXT).unwrap_or_else(|_| "an unknown version".into()),
             run_id: String::new(),
             role: Role::Tool,
             rank: None,
@@ -365,10 +310,7 @@ impl WireError {
                     e.str("version", v, MAX_TEXT)
                 })
             }
-            WireError::ForeignRun {
-                store_run,
-                client_run,
-            } => {
+            WireError::ForeignRun { store_run, client_run } => {
                 e.u8(2)?;
                 e.str("run id", store_run, MAX_TEXT)?;
                 e.str("run id", client_run, MAX_TEXT)
@@ -377,11 +319,7 @@ impl WireError {
                 e.u8(3)?;
                 e.str("detail", detail, MAX_TEXT)
             }
-            WireError::DuplicateRank {
-                rank,
-                first,
-                second,
-            } => {
+            WireError::DuplicateRank { rank, first, second } => {
                 e.u8(4)?;
                 e.u32(*rank)?;
                 e.str("first", first, MAX_TEXT)?;
@@ -404,35 +342,16 @@ impl WireError {
         Ok(match d.u8("error kind")? {
             1 => WireError::VersionMismatch {
                 detail: text(d, "detail")?,
-                versions: d.list("versions", MAX_ITEMS, |d| {
-                    Ok((text(d, "who")?, text(d, "version")?))
-                })?,
+                versions: d.list("versions", MAX_ITEMS, |d| Ok((text(d, "who")?, text(d, "version")?)))?,
             },
-            2 => WireError::ForeignRun {
-                store_run: text(d, "run id")?,
-                client_run: text(d, "run id")?,
-            },
-            3 => WireError::AuthFailed {
-                detail: text(d, "detail")?,
-            },
-            4 => WireError::DuplicateRank {
-                rank: d.u32("rank")?,
-                first: text(d, "first")?,
-                second: text(d, "second")?,
-            },
-            5 => WireError::InvalidArgument {
-                what: text(d, "what")?,
-                detail: text(d, "detail")?,
-            },
-            6 => WireError::Protocol {
-                detail: text(d, "detail")?,
-            },
-            tag => {
-                return Err(CodecError::UnknownTag {
-                    what: "error kind",
-                    tag,
-                })
+            2 => WireError::ForeignRun { store_run: text(d, "run id")?, client_run: text(d, "run id")? },
+            3 => WireError::AuthFailed { detail: text(d, "detail")? },
+            4 => {
+                WireError::DuplicateRank { rank: d.u32("rank")?, first: text(d, "first")?, second: text(d, "second")? }
             }
+            5 => WireError::InvalidArgument { what: text(d, "what")?, detail: text(d, "detail")? },
+            6 => WireError::Protocol { detail: text(d, "detail")? },
+            tag => return Err(CodecError::UnknownTag { what: "error kind", tag }),
         })
     }
 
@@ -441,27 +360,14 @@ impl WireError {
     pub(crate) fn into_error(self, addr: &str) -> Error {
         let addr = addr.to_string();
         match self {
-            WireError::VersionMismatch { detail, versions } => {
-                Error::VersionMismatch { detail, versions }
+            WireError::VersionMismatch { detail, versions } => Error::VersionMismatch { detail, versions },
+            WireError::ForeignRun { store_run, client_run } => {
+                Error::ForeignRun { addr, ours: client_run, theirs: store_run }
             }
-            WireError::ForeignRun {
-                store_run,
-                client_run,
-            } => Error::ForeignRun {
-                addr,
-                ours: client_run,
-                theirs: store_run,
-            },
             WireError::AuthFailed { detail } => Error::AuthFailed { addr, detail },
-            WireError::DuplicateRank {
-                rank,
-                first,
-                second,
-            } => Error::DuplicateRank {
-                rank: rank as usize,
-                first,
-                second,
-            },
+            WireError::DuplicateRank { rank, first, second } => {
+                Error::DuplicateRank { rank: rank as usize, first, second }
+            }
             WireError::InvalidArgument { what, detail } => Error::InvalidArgument { what, detail },
             WireError::Protocol { detail } => Error::StoreProtocol { addr, detail },
         }
@@ -503,9 +409,7 @@ impl Request {
             | Request::CompareSet { key, .. }
             | Request::Delete { key }
             | Request::Append { key, .. } => vec![key.clone()],
-            Request::Wait { keys, .. }
-            | Request::Check { keys }
-            | Request::MultiGet { keys, .. } => keys.clone(),
+            Request::Wait { keys, .. } | Request::Check { keys } | Request::MultiGet { keys, .. } => keys.clone(),
             Request::MultiSet { pairs } => pairs.iter().map(|(k, _)| k.clone()).collect(),
             _ => vec![format!("({})", self.name())],
         }
@@ -523,11 +427,7 @@ impl Request {
                 e.str("key", key, MAX_KEY)?;
                 e.i64(*delta)
             }),
-            Request::CompareSet {
-                key,
-                expected,
-                desired,
-            } => tagged(e, 5, |e| {
+            Request::CompareSet { key, expected, desired } => tagged(e, 5, |e| {
                 e.str("key", key, MAX_KEY)?;
                 e.opt(expected.as_deref(), |e, v| e.bytes("value", v, MAX_VALUE))?;
                 e.bytes("value", desired, MAX_VALUE)
@@ -536,17 +436,13 @@ impl Request {
             Request::Check { keys } => tagged(e, 7, |e| key_list(e, keys)),
             Request::Delete { key } => tagged(e, 8, |e| e.str("key", key, MAX_KEY)),
             Request::NumKeys => tagged(e, 9, |_| Ok(())),
-            Request::MultiGet { keys, timeout } => {
-                tagged(e, 10, |e| keys_timeout(e, keys, *timeout))
+            Request::MultiGet { keys, timeout } => tagged(e, 10, |e| keys_timeout(e, keys, *timeout)),
+            Request::MultiSet { pairs } => {
+                tagged(e, 11, |e| e.list("keys", pairs, MAX_ITEMS, |e, (k, v)| key_value(e, k, v)))
             }
-            Request::MultiSet { pairs } => tagged(e, 11, |e| {
-                e.list("keys", pairs, MAX_ITEMS, |e, (k, v)| key_value(e, k, v))
-            }),
             Request::Append { key, value } => tagged(e, 12, |e| key_value(e, key, value)),
             Request::KeysWithPrefix { prefix } => tagged(e, 13, |e| e.str("key", prefix, MAX_KEY)),
-            Request::Heartbeat { payload } => {
-                tagged(e, 14, |e| e.bytes("value", payload, MAX_VALUE))
-            }
+            Request::Heartbeat { payload } => tagged(e, 14, |e| e.bytes("value", payload, MAX_VALUE)),
             Request::Leave => tagged(e, 15, |_| Ok(())),
             Request::AbortJob { record } => tagged(e, 16, |e| e.bytes("value", record, MAX_VALUE)),
             Request::Status { since, timeout } => tagged(e, 17, |e| {
@@ -561,42 +457,18 @@ impl Request {
         let value = |d: &mut Dec<'_>| d.bytes("value", MAX_VALUE);
         let keys = |d: &mut Dec<'_>| d.list("keys", MAX_ITEMS, key);
         Ok(match d.u8("request tag")? {
-            1 => Request::Set {
-                key: key(d)?,
-                value: value(d)?,
-            },
-            2 => Request::Get {
-                key: key(d)?,
-                timeout: d.duration("timeout")?,
-            },
+            1 => Request::Set { key: key(d)?, value: value(d)? },
+            2 => Request::Get { key: key(d)?, timeout: d.duration("timeout")? },
             3 => Request::TryGet { key: key(d)? },
-            4 => Request::Add {
-                key: key(d)?,
-                delta: d.i64("delta")?,
-            },
-            5 => Request::CompareSet {
-                key: key(d)?,
-                expected: d.opt("expected", value)?,
-                desired: value(d)?,
-            },
-            6 => Request::Wait {
-                keys: keys(d)?,
-                timeout: d.duration("timeout")?,
-            },
+            4 => Request::Add { key: key(d)?, delta: d.i64("delta")? },
+            5 => Request::CompareSet { key: key(d)?, expected: d.opt("expected", value)?, desired: value(d)? },
+            6 => Request::Wait { keys: keys(d)?, timeout: d.duration("timeout")? },
             7 => Request::Check { keys: keys(d)? },
             8 => Request::Delete { key: key(d)? },
             9 => Request::NumKeys,
-            10 => Request::MultiGet {
-                keys: keys(d)?,
-                timeout: d.duration("timeout")?,
-            },
-            11 => Request::MultiSet {
-                pairs: d.list("keys", MAX_ITEMS, |d| Ok((key(d)?, value(d)?)))?,
-            },
-            12 => Request::Append {
-                key: key(d)?,
-                value: value(d)?,
-            },
+            10 => Request::MultiGet { keys: keys(d)?, timeout: d.duration("timeout")? },
+            11 => Request::MultiSet { pairs: d.list("keys", MAX_ITEMS, |d| Ok((key(d)?, value(d)?)))? },
+            12 => Request::Append { key: key(d)?, value: value(d)? },
             13 => Request::KeysWithPrefix { prefix: key(d)? },
             14 => Request::Heartbeat { payload: value(d)? },
             15 => Request::Leave,
@@ -605,12 +477,7 @@ impl Request {
                 since: d.opt("generation", |d| d.u64("generation"))?,
                 timeout: d.duration("timeout")?,
             },
-            tag => {
-                return Err(CodecError::UnknownTag {
-                    what: "request",
-                    tag,
-                })
-            }
+            tag => return Err(CodecError::UnknownTag { what: "request", tag }),
         })
     }
 }
@@ -640,17 +507,13 @@ impl Response {
         match self {
             Response::Ok => tagged(e, 1, |_| Ok(())),
             Response::Value(v) => tagged(e, 2, |e| e.bytes("value", v, MAX_VALUE)),
-            Response::MaybeValue(v) => tagged(e, 3, |e| {
-                e.opt(v.as_deref(), |e, v| e.bytes("value", v, MAX_VALUE))
-            }),
+            Response::MaybeValue(v) => tagged(e, 3, |e| e.opt(v.as_deref(), |e, v| e.bytes("value", v, MAX_VALUE))),
             Response::Int(i) => tagged(e, 4, |e| e.i64(*i)),
             Response::Bool(b) => tagged(e, 5, |e| e.bool(*b)),
             Response::Count(n) => tagged(e, 6, |e| e.u64(*n)),
-            Response::Values(vs) => tagged(e, 7, |e| {
-                e.list("values", vs, MAX_ITEMS, |e, v| {
-                    e.bytes("value", v, MAX_VALUE)
-                })
-            }),
+            Response::Values(vs) => {
+                tagged(e, 7, |e| e.list("values", vs, MAX_ITEMS, |e, v| e.bytes("value", v, MAX_VALUE)))
+            }
             Response::Keys(ks) => tagged(e, 8, |e| key_list(e, ks)),
             Response::Status(s) => tagged(e, 9, |e| encode_status(e, s)),
             Response::Timeout { missing } => tagged(e, 10, |e| key_list(e, missing)),
@@ -673,12 +536,7 @@ impl Response {
             9 => Response::Status(decode_status(d)?),
             10 => Response::Timeout { missing: keys(d)? },
             11 => Response::Error(WireError::decode(d)?),
-            tag => {
-                return Err(CodecError::UnknownTag {
-                    what: "response",
-                    tag,
-                })
-            }
+            tag => return Err(CodecError::UnknownTag { what: "response", tag }),
         })
     }
 }
@@ -686,9 +544,7 @@ impl Response {
 fn encode_status(e: &mut Enc<'_>, s: &JobStatus) -> R<()> {
     e.u64(s.generation)?;
     e.list("ranks", &s.ranks, MAX_ITEMS, encode_rank_status)?;
-    e.opt(s.abort.as_deref(), |e, a| {
-        e.bytes("abort record", a, MAX_VALUE)
-    })
+    e.opt(s.abort.as_deref(), |e, a| e.bytes("abort record", a, MAX_VALUE))
 }
 
 fn encode_rank_status(e: &mut Enc<'_>, r: &RankStatus) -> R<()> {
@@ -721,17 +577,12 @@ fn decode_rank_status(d: &mut Dec<'_>) -> R<RankStatus> {
         rank: d.u32("rank")? as usize,
         liveness: {
             let tag = d.u8("liveness")?;
-            Liveness::from_code(tag).ok_or(CodecError::UnknownTag {
-                what: "liveness",
-                tag,
-            })?
+            Liveness::from_code(tag).ok_or(CodecError::UnknownTag { what: "liveness", tag })?
         },
         host: d.string("host", MAX_TEXT)?,
         pid: d.u32("pid")?,
         version: d.string("library version", MAX_TEXT)?,
-        world_size: d
-            .opt("world size", |d| d.u32("world size"))?
-            .map(|w| w as usize),
+        world_size: d.opt("world size", |d| d.u32("world size"))?.map(|w| w as usize),
         since_change: d.duration("age")?,
         heartbeat_age: d.opt("heartbeat age", |d| d.duration("heartbeat age"))?,
         heartbeat: d.bytes("heartbeat", MAX_VALUE)?,

@@ -15,9 +15,7 @@
 mod messages;
 mod wire;
 
-pub(crate) use messages::{
-    Challenge, ClientMsg, Hello, Request, Response, ServerMsg, Welcome, WireError,
-};
+pub(crate) use messages::{Challenge, ClientMsg, Hello, Request, Response, ServerMsg, Welcome, WireError};
 
 use messages::{TAG_CHALLENGE, TAG_HELLO};
 use wire::{Dec, Enc};
@@ -49,11 +47,7 @@ pub(crate) enum CodecError {
     #[error("a frame of {len} bytes is over the {max}-byte limit")]
     FrameTooLarge { len: usize, max: usize },
     #[error("a {what} of {len} is over the limit of {max}")]
-    TooLarge {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
+    TooLarge { what: &'static str, len: usize, max: usize },
     #[error("the frame ends inside the {0}")]
     Truncated(&'static str),
     #[error("unknown {what} tag {tag}")]
@@ -182,10 +176,7 @@ fn encode_frame(
     let result = body(&mut Enc(out)).and_then(|()| {
         let len = out.len() - start - HEADER;
         if len > MAX_FRAME {
-            return Err(CodecError::FrameTooLarge {
-                len,
-                max: MAX_FRAME,
-            });
+            return Err(CodecError::FrameTooLarge { len, max: MAX_FRAME });
         }
         Ok(len as u32)
     });
@@ -207,20 +198,12 @@ pub(crate) fn fuzz_round_trip(data: &[u8]) {
     if let Ok(Some((msg, n))) = decode_client(data) {
         let mut out = Vec::new();
         encode_client(&msg, &mut out).expect("a decoded message re-encodes");
-        assert_eq!(
-            out,
-            data[..n],
-            "client message {msg:?} re-encodes differently"
-        );
+        assert_eq!(out, data[..n], "client message {msg:?} re-encodes differently");
     }
     if let Ok(Some((msg, n))) = decode_server(data) {
         let mut out = Vec::new();
         encode_server(&msg, &mut out).expect("a decoded message re-encodes");
-        assert_eq!(
-            out,
-            data[..n],
-            "server message {msg:?} re-encodes differently"
-        );
+        assert_eq!(out, data[..n], "server message {msg:?} re-encodes differently");
     }
     let _ = decode_greeting(data);
     let _ = decode_hello(data);

@@ -35,65 +35,25 @@ fn requests() -> Vec<Request> {
     let t = Duration::from_millis(1500);
     let keys = vec!["a".to_string(), "b/ü".to_string()];
     vec![
-        Request::Set {
-            key: "k".into(),
-            value: b"v".to_vec(),
-        },
-        Request::Get {
-            key: "k".into(),
-            timeout: t,
-        },
+        Request::Set { key: "k".into(), value: b"v".to_vec() },
+        Request::Get { key: "k".into(), timeout: t },
         Request::TryGet { key: "".into() },
-        Request::Add {
-            key: "n".into(),
-            delta: -5,
-        },
-        Request::CompareSet {
-            key: "k".into(),
-            expected: None,
-            desired: b"x".to_vec(),
-        },
-        Request::CompareSet {
-            key: "k".into(),
-            expected: Some(vec![]),
-            desired: vec![],
-        },
-        Request::Wait {
-            keys: keys.clone(),
-            timeout: Duration::from_secs(u32::MAX.into()),
-        },
+        Request::Add { key: "n".into(), delta: -5 },
+        Request::CompareSet { key: "k".into(), expected: None, desired: b"x".to_vec() },
+        Request::CompareSet { key: "k".into(), expected: Some(vec![]), desired: vec![] },
+        Request::Wait { keys: keys.clone(), timeout: Duration::from_secs(u32::MAX.into()) },
         Request::Check { keys: keys.clone() },
         Request::Delete { key: "k".into() },
         Request::NumKeys,
-        Request::MultiGet {
-            keys: vec![],
-            timeout: Duration::ZERO,
-        },
-        Request::MultiSet {
-            pairs: vec![("a".into(), vec![1, 2]), ("b".into(), vec![])],
-        },
-        Request::Append {
-            key: "log".into(),
-            value: b"line\n".to_vec(),
-        },
-        Request::KeysWithPrefix {
-            prefix: "rank/".into(),
-        },
-        Request::Heartbeat {
-            payload: b"all_reduce #7".to_vec(),
-        },
+        Request::MultiGet { keys: vec![], timeout: Duration::ZERO },
+        Request::MultiSet { pairs: vec![("a".into(), vec![1, 2]), ("b".into(), vec![])] },
+        Request::Append { key: "log".into(), value: b"line\n".to_vec() },
+        Request::KeysWithPrefix { prefix: "rank/".into() },
+        Request::Heartbeat { payload: b"all_reduce #7".to_vec() },
         Request::Leave,
-        Request::AbortJob {
-            record: b"rank 1 died".to_vec(),
-        },
-        Request::Status {
-            since: Some(3),
-            timeout: t,
-        },
-        Request::Status {
-            since: None,
-            timeout: Duration::ZERO,
-        },
+        Request::AbortJob { record: b"rank 1 died".to_vec() },
+        Request::Status { since: Some(3), timeout: t },
+        Request::Status { since: None, timeout: Duration::ZERO },
     ]
 }
 
@@ -101,30 +61,13 @@ fn wire_errors() -> Vec<WireError> {
     vec![
         WireError::VersionMismatch {
             detail: "protocols differ".into(),
-            versions: vec![
-                ("the store".into(), "0.1.0".into()),
-                ("a pid 1".into(), "0.2.0".into()),
-            ],
+            versions: vec![("the store".into(), "0.1.0".into()), ("a pid 1".into(), "0.2.0".into())],
         },
-        WireError::ForeignRun {
-            store_run: "a".into(),
-            client_run: "b".into(),
-        },
-        WireError::AuthFailed {
-            detail: "wrong token".into(),
-        },
-        WireError::DuplicateRank {
-            rank: 2,
-            first: "a pid 1".into(),
-            second: "b pid 2".into(),
-        },
-        WireError::InvalidArgument {
-            what: "key".into(),
-            detail: "not a number".into(),
-        },
-        WireError::Protocol {
-            detail: "odd".into(),
-        },
+        WireError::ForeignRun { store_run: "a".into(), client_run: "b".into() },
+        WireError::AuthFailed { detail: "wrong token".into() },
+        WireError::DuplicateRank { rank: 2, first: "a pid 1".into(), second: "b pid 2".into() },
+        WireError::InvalidArgument { what: "key".into(), detail: "not a number".into() },
+        WireError::Protocol { detail: "odd".into() },
     ]
 }
 
@@ -164,9 +107,7 @@ fn responses() -> Vec<Response> {
         Response::Keys(vec!["a".into(), "b".into()]),
         Response::Status(status()),
         Response::Status(JobStatus::default()),
-        Response::Timeout {
-            missing: vec!["late".into()],
-        },
+        Response::Timeout { missing: vec!["late".into()] },
     ];
     r.extend(wire_errors().into_iter().map(Response::Error));
     r
@@ -174,19 +115,9 @@ fn responses() -> Vec<Response> {
 
 fn client_msgs() -> Vec<ClientMsg> {
     let mut anonymous = hello();
-    (
-        anonymous.role,
-        anonymous.rank,
-        anonymous.world_size,
-        anonymous.mac,
-    ) = (Role::Tool, None, None, None);
+    (anonymous.role, anonymous.rank, anonymous.world_size, anonymous.mac) = (Role::Tool, None, None, None);
     let mut msgs = vec![ClientMsg::Hello(hello()), ClientMsg::Hello(anonymous)];
-    msgs.extend(
-        requests()
-            .into_iter()
-            .enumerate()
-            .map(|(i, req)| ClientMsg::Request { id: i as u64, req }),
-    );
+    msgs.extend(requests().into_iter().enumerate().map(|(i, req)| ClientMsg::Request { id: i as u64, req }));
     msgs
 }
 
@@ -194,19 +125,11 @@ fn server_msgs() -> Vec<ServerMsg> {
     let mut msgs = vec![
         ServerMsg::Challenge(challenge()),
         ServerMsg::Welcome(Welcome { server_mac: None }),
-        ServerMsg::Welcome(Welcome {
-            server_mac: Some([3; 32]),
-        }),
+        ServerMsg::Welcome(Welcome { server_mac: Some([3; 32]) }),
     ];
     msgs.extend(wire_errors().into_iter().map(ServerMsg::Reject));
     msgs.extend(
-        responses()
-            .into_iter()
-            .enumerate()
-            .map(|(i, resp)| ServerMsg::Response {
-                id: u64::MAX - i as u64,
-                resp,
-            }),
+        responses().into_iter().enumerate().map(|(i, resp)| ServerMsg::Response { id: u64::MAX - i as u64, resp }),
     );
     msgs
 }
@@ -244,11 +167,7 @@ fn all_frames() -> Vec<Vec<u8>> {
 fn every_client_message_round_trips() {
     for m in client_msgs() {
         let buf = client_frame(&m);
-        assert_eq!(
-            decode_client(&buf).unwrap(),
-            Some((m.clone(), buf.len())),
-            "{m:?}"
-        );
+        assert_eq!(decode_client(&buf).unwrap(), Some((m.clone(), buf.len())), "{m:?}");
     }
 }
 
@@ -256,21 +175,14 @@ fn every_client_message_round_trips() {
 fn every_server_message_round_trips() {
     for m in server_msgs() {
         let buf = server_frame(&m);
-        assert_eq!(
-            decode_server(&buf).unwrap(),
-            Some((m.clone(), buf.len())),
-            "{m:?}"
-        );
+        assert_eq!(decode_server(&buf).unwrap(), Some((m.clone(), buf.len())), "{m:?}");
     }
 }
 
 #[test]
 fn handshake_messages_round_trip_through_their_own_decoders() {
     let buf = server_frame(&ServerMsg::Challenge(challenge()));
-    assert_eq!(
-        decode_greeting(&buf).unwrap(),
-        Some((challenge(), buf.len()))
-    );
+    assert_eq!(decode_greeting(&buf).unwrap(), Some((challenge(), buf.len())));
     let buf = client_frame(&ClientMsg::Hello(hello()));
     assert_eq!(decode_hello(&buf).unwrap(), Some((hello(), buf.len())));
 }
@@ -302,14 +214,8 @@ fn frames_in_one_buffer_decode_one_at_a_time() {
 #[test]
 fn an_oversized_frame_is_refused_from_its_header() {
     let header = ((MAX_FRAME + 1) as u32).to_le_bytes();
-    assert!(matches!(
-        decode_client(&header),
-        Err(CodecError::FrameTooLarge { .. })
-    ));
-    assert!(matches!(
-        decode_server(&u32::MAX.to_le_bytes()),
-        Err(CodecError::FrameTooLarge { .. })
-    ));
+    assert!(matches!(decode_client(&header), Err(CodecError::FrameTooLarge { .. })));
+    assert!(matches!(decode_server(&u32::MAX.to_le_bytes()), Err(CodecError::FrameTooLarge { .. })));
 }
 
 /// A frame whose payload is `payload`.
@@ -329,14 +235,7 @@ fn an_oversized_key_is_refused_before_allocation() {
     payload.extend(vec![b'k'; MAX_KEY + 1]);
     payload.extend(0u32.to_le_bytes());
     let err = decode_client(&framed(&payload)).unwrap_err();
-    assert_eq!(
-        err,
-        CodecError::TooLarge {
-            what: "key",
-            len: MAX_KEY + 1,
-            max: MAX_KEY
-        }
-    );
+    assert_eq!(err, CodecError::TooLarge { what: "key", len: MAX_KEY + 1, max: MAX_KEY });
 }
 
 #[test]
@@ -344,119 +243,60 @@ fn huge_lengths_and_counts_in_short_frames_are_errors() {
     let mut value = request_head(1);
     value.extend([1, 0, 0, 0, b'k']);
     value.extend(u32::MAX.to_le_bytes());
-    assert!(matches!(
-        decode_client(&framed(&value)),
-        Err(CodecError::TooLarge { what: "value", .. })
-    ));
+    assert!(matches!(decode_client(&framed(&value)), Err(CodecError::TooLarge { what: "value", .. })));
 
     let mut count = request_head(7);
     count.extend(((MAX_ITEMS + 1) as u32).to_le_bytes());
-    assert!(matches!(
-        decode_client(&framed(&count)),
-        Err(CodecError::TooLarge { what: "keys", .. })
-    ));
+    assert!(matches!(decode_client(&framed(&count)), Err(CodecError::TooLarge { what: "keys", .. })));
 
     let mut short = request_head(7);
     short.extend((MAX_ITEMS as u32).to_le_bytes());
-    assert_eq!(
-        decode_client(&framed(&short)),
-        Err(CodecError::Truncated("key"))
-    );
+    assert_eq!(decode_client(&framed(&short)), Err(CodecError::Truncated("key")));
 }
 
 #[test]
 fn the_encoder_refuses_what_the_decoder_would() {
     let mut out = vec![1, 2, 3];
-    let long_key = ClientMsg::Request {
-        id: 1,
-        req: Request::TryGet {
-            key: "k".repeat(MAX_KEY + 1),
-        },
-    };
-    assert!(matches!(
-        encode_client(&long_key, &mut out),
-        Err(CodecError::TooLarge { what: "key", .. })
-    ));
-    let many = Request::Check {
-        keys: vec![String::new(); MAX_ITEMS + 1],
-    };
+    let long_key = ClientMsg::Request { id: 1, req: Request::TryGet { key: "k".repeat(MAX_KEY + 1) } };
+    assert!(matches!(encode_client(&long_key, &mut out), Err(CodecError::TooLarge { what: "key", .. })));
+    let many = Request::Check { keys: vec![String::new(); MAX_ITEMS + 1] };
     assert!(encode_request(2, &many, &mut out).is_err());
-    assert_eq!(
-        out,
-        [1, 2, 3],
-        "a failed encode leaves the buffer as it was"
-    );
+    assert_eq!(out, [1, 2, 3], "a failed encode leaves the buffer as it was");
 }
 
 #[test]
 fn non_canonical_encodings_are_refused() {
-    let mut trailing = client_frame(&ClientMsg::Request {
-        id: 1,
-        req: Request::NumKeys,
-    });
+    let mut trailing = client_frame(&ClientMsg::Request { id: 1, req: Request::NumKeys });
     trailing.push(0);
     trailing[0] += 1;
     assert_eq!(decode_client(&trailing), Err(CodecError::Trailing(1)));
 
     let mut bad_bool = request_head(17);
     bad_bool.push(2);
-    assert!(matches!(
-        decode_client(&framed(&bad_bool)),
-        Err(CodecError::UnknownTag { .. })
-    ));
+    assert!(matches!(decode_client(&framed(&bad_bool)), Err(CodecError::UnknownTag { .. })));
 
     let mut bad_utf8 = request_head(3);
     bad_utf8.extend([1, 0, 0, 0, 0xff]);
-    assert_eq!(
-        decode_client(&framed(&bad_utf8)),
-        Err(CodecError::BadUtf8("key"))
-    );
+    assert_eq!(decode_client(&framed(&bad_utf8)), Err(CodecError::BadUtf8("key")));
 
-    assert!(matches!(
-        decode_client(&framed(&request_head(99))),
-        Err(CodecError::UnknownTag { .. })
-    ));
-    assert!(matches!(
-        decode_server(&framed(&[0x42])),
-        Err(CodecError::UnknownTag { .. })
-    ));
-    assert_eq!(
-        decode_client(&framed(&[])),
-        Err(CodecError::Truncated("message tag"))
-    );
+    assert!(matches!(decode_client(&framed(&request_head(99))), Err(CodecError::UnknownTag { .. })));
+    assert!(matches!(decode_server(&framed(&[0x42])), Err(CodecError::UnknownTag { .. })));
+    assert_eq!(decode_client(&framed(&[])), Err(CodecError::Truncated("message tag")));
 }
 
 #[test]
 fn a_greeting_from_a_stranger_fails_early() {
     // An HTTP server's first bytes: not the challenge's tag.
-    assert_eq!(
-        decode_greeting(b"HTTP/1.1 400 Bad Request\r\n"),
-        Err(CodecError::BadMagic)
-    );
+    assert_eq!(decode_greeting(b"HTTP/1.1 400 Bad Request\r\n"), Err(CodecError::BadMagic));
     // A huge length is refused before anything else arrives.
     let huge = [&u32::MAX.to_le_bytes()[..], &[TAG_CHALLENGE]].concat();
-    assert!(matches!(
-        decode_greeting(&huge),
-        Err(CodecError::FrameTooLarge { .. })
-    ));
+    assert!(matches!(decode_greeting(&huge), Err(CodecError::FrameTooLarge { .. })));
     // A plausible length, then the wrong tag or magic: no need to wait for the rest.
-    assert_eq!(
-        decode_greeting(&[100, 0, 0, 0, 0x42]),
-        Err(CodecError::BadMagic)
-    );
-    assert_eq!(
-        decode_greeting(&[100, 0, 0, 0, TAG_CHALLENGE, b'R', b'X']),
-        Err(CodecError::BadMagic)
-    );
-    assert_eq!(
-        decode_greeting(&[100, 0, 0, 0, TAG_CHALLENGE, b'R', b'L']),
-        Ok(None)
-    );
+    assert_eq!(decode_greeting(&[100, 0, 0, 0, 0x42]), Err(CodecError::BadMagic));
+    assert_eq!(decode_greeting(&[100, 0, 0, 0, TAG_CHALLENGE, b'R', b'X']), Err(CodecError::BadMagic));
+    assert_eq!(decode_greeting(&[100, 0, 0, 0, TAG_CHALLENGE, b'R', b'L']), Ok(None));
     // A request where a hello belongs.
-    let req = client_frame(&ClientMsg::Request {
-        id: 1,
-        req: Request::NumKeys,
-    });
+    let req = client_frame(&ClientMsg::Request { id: 1, req: Request::NumKeys });
     assert_eq!(decode_hello(&req), Err(CodecError::BadMagic));
 }
 
@@ -469,17 +309,11 @@ fn a_greeting_of_another_protocol_version_still_names_its_version() {
     payload.extend(b"9.9");
     payload.extend(b"fields we do not know");
     let (c, _) = decode_greeting(&framed(&payload)).unwrap().unwrap();
-    assert_eq!(
-        (c.protocol_version, c.library_version.as_str()),
-        (99, "9.9")
-    );
+    assert_eq!((c.protocol_version, c.library_version.as_str()), (99, "9.9"));
 
     payload[0] = TAG_HELLO;
     let (h, _) = decode_hello(&framed(&payload)).unwrap().unwrap();
-    assert_eq!(
-        (h.protocol_version, h.library_version.as_str()),
-        (99, "9.9")
-    );
+    assert_eq!((h.protocol_version, h.library_version.as_str()), (99, "9.9"));
 }
 
 proptest! {
@@ -519,8 +353,7 @@ fn the_seed_corpus_decodes() {
     };
     for entry in entries {
         let data = std::fs::read(entry.unwrap().path()).unwrap();
-        let ok = matches!(decode_client(&data), Ok(Some(_)))
-            || matches!(decode_server(&data), Ok(Some(_)));
+        let ok = matches!(decode_client(&data), Ok(Some(_))) || matches!(decode_server(&data), Ok(Some(_)));
         assert!(ok, "{data:?}");
         fuzz_round_trip(&data);
     }

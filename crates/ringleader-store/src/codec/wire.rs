@@ -56,23 +56,13 @@ impl Enc<'_> {
     }
 
     /// `u32` length, then the bytes; refuses what the peer would refuse.
-    pub(crate) fn bytes(
-        &mut self,
-        what: &'static str,
-        v: &[u8],
-        max: usize,
-    ) -> Result<(), CodecError> {
+    pub(crate) fn bytes(&mut self, what: &'static str, v: &[u8], max: usize) -> Result<(), CodecError> {
         check_len(what, v.len(), max)?;
         self.u32(v.len() as u32)?;
         self.put(v)
     }
 
-    pub(crate) fn str(
-        &mut self,
-        what: &'static str,
-        v: &str,
-        max: usize,
-    ) -> Result<(), CodecError> {
+    pub(crate) fn str(&mut self, what: &'static str, v: &str, max: usize) -> Result<(), CodecError> {
         self.bytes(what, v.as_bytes(), max)
     }
 

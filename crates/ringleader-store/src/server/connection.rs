@@ -41,22 +41,15 @@ pub(super) async fn run(
     events: mpsc::Sender<Event>,
     _permit: OwnedSemaphorePermit,
 ) {
-    let span =
-        tracing::info_span!("store_conn", conn = conn.0, %peer, rank = tracing::field::Empty);
+    let span = tracing::info_span!("store_conn", conn = conn.0, %peer, rank = tracing::field::Empty);
     async move {
         tune(&stream);
         let (outbox, answers) = mpsc::unbounded_channel();
         if events.send(Event::Opened { conn, outbox }).await.is_err() {
             return;
         }
-        let mut c = Connection {
-            conn,
-            stream,
-            events: &events,
-            rbuf: BytesMut::new(),
-            wbuf: Vec::new(),
-            greeted: false,
-        };
+        let mut c =
+            Connection { conn, stream, events: &events, rbuf: BytesMut::new(), wbuf: Vec::new(), greeted: false };
         match c.serve(answers).await {
             End::Failed(why) => tracing::warn!(%why, "store connection dropped"),
             end => tracing::debug!(?end, "store connection ended"),
@@ -131,9 +124,7 @@ impl Connection<'_> {
     /// codec before we get here), or for one more chunk.
     fn make_room(&mut self) {
         let frame = codec::declared_len(&self.rbuf).map_or(0, |len| len + 4);
-        let want = frame
-            .saturating_sub(self.rbuf.len())
-            .clamp(READ_CHUNK / 8, READ_CHUNK * 16);
+        let want = frame.saturating_sub(self.rbuf.len()).clamp(READ_CHUNK / 8, READ_CHUNK * 16);
         self.rbuf.reserve(want);
     }
 
@@ -149,9 +140,7 @@ impl Connection<'_> {
 
     fn next_event(&mut self) -> Result<Option<Event>, End> {
         let decoded = match self.greeted {
-            false => {
-                codec::decode_hello(&self.rbuf).map(|o| o.map(|(h, n)| (ClientMsg::Hello(h), n)))
-            }
+            false => codec::decode_hello(&self.rbuf).map(|o| o.map(|(h, n)| (ClientMsg::Hello(h), n))),
             true => codec::decode_client(&self.rbuf),
         };
         let decoded = decoded.map_err(|e| End::Failed(format!("malformed frame: {e}")))?;
@@ -175,11 +164,7 @@ impl Connection<'_> {
 
     /// Writes `msg` and whatever else is queued in one go. Ends the
     /// connection after a rejection.
-    async fn write(
-        &mut self,
-        msg: ServerMsg,
-        answers: &mut mpsc::UnboundedReceiver<ServerMsg>,
-    ) -> Option<End> {
+    async fn write(&mut self, msg: ServerMsg, answers: &mut mpsc::UnboundedReceiver<ServerMsg>) -> Option<End> {
         self.wbuf.clear();
         let mut rejected = self.encode(msg);
         while let Ok(more) = answers.try_recv() {

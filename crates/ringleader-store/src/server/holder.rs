@@ -25,9 +25,7 @@ pub fn port_holder(port: u16) -> Option<String> {
     let uid = *uid;
     match owner_of(&listeners) {
         Some((pid, name)) => Some(format!("pid {pid} ({name})")),
-        None => Some(format!(
-            "a process of uid {uid} (its pid is not visible to this user)"
-        )),
+        None => Some(format!("a process of uid {uid} (its pid is not visible to this user)")),
     }
 }
 
@@ -36,13 +34,7 @@ fn listening_inodes(port: u16) -> HashMap<u64, u32> {
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|path| fs::read_to_string(path).ok())
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(|line| parse_listener(line, port))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|table| table.lines().skip(1).filter_map(|line| parse_listener(line, port)).collect::<Vec<_>>())
         .collect()
 }
 
@@ -61,9 +53,7 @@ fn parse_listener(line: &str, port: u16) -> Option<(u64, u32)> {
 
 /// The first process with a descriptor on one of `inodes`: pid and command name.
 fn owner_of(inodes: &HashMap<u64, u32>) -> Option<(u32, String)> {
-    let pids = fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    let pids = fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
     for pid in pids {
         if holds_socket(pid, inodes) {
             let name = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -83,10 +73,7 @@ fn holds_socket(pid: u32, inodes: &HashMap<u64, u32>) -> bool {
 }
 
 fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
 #[cfg(test)]

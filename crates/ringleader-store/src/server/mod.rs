@@ -46,10 +46,7 @@ pub struct ServerOptions {
 impl ServerOptions {
     /// A server for `run_id`, without a token.
     pub fn new(run_id: impl Into<String>) -> ServerOptions {
-        ServerOptions {
-            run_id: run_id.into(),
-            token: None,
-        }
+        ServerOptions { run_id: run_id.into(), token: None }
     }
 }
 
@@ -79,9 +76,7 @@ pub struct StoreServer {
 
 impl fmt::Debug for StoreServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreServer")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
+        f.debug_struct("StoreServer").field("addr", &self.addr).finish_non_exhaustive()
     }
 }
 
@@ -95,24 +90,16 @@ impl StoreServer {
     pub fn bind(addr: &str, opts: ServerOptions) -> Result<StoreServer> {
         let listener = bind_listener(addr)?;
         let local = listener.local_addr().map_err(|e| bad_addr(addr, e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| bad_addr(addr, e))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| cannot_start(addr, e))?;
+        listener.set_nonblocking(true).map_err(|e| bad_addr(addr, e))?;
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| cannot_start(addr, e))?;
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("ringleader-store".into())
             .spawn(move || rt.block_on(runtime::serve(listener, opts, stopped)))
             .map_err(|e| cannot_start(addr, e))?;
         tracing::info!(addr = %local, "store listening");
-        Ok(StoreServer {
-            addr: local,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        Ok(StoreServer { addr: local, stop: Some(stop), thread: Some(thread) })
     }
 
     /// The address actually bound (with the port chosen when 0 was asked for).
@@ -146,10 +133,7 @@ impl Drop for StoreServer {
 
 /// Binds the first address `addr` resolves to that can be bound.
 fn bind_listener(addr: &str) -> Result<TcpListener> {
-    let targets: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| bad_addr(addr, e))?
-        .collect();
+    let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| bad_addr(addr, e))?.collect();
     let mut last = None;
     for target in &targets {
         match TcpListener::bind(target) {
@@ -158,10 +142,9 @@ fn bind_listener(addr: &str) -> Result<TcpListener> {
         }
     }
     Err(match last {
-        Some((port, e)) if e.kind() == std::io::ErrorKind::AddrInUse => Error::PortInUse {
-            addr: addr.to_string(),
-            holder: port_holder(port),
-        },
+        Some((port, e)) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Error::PortInUse { addr: addr.to_string(), holder: port_holder(port) }
+        }
         Some((_, e)) => bad_addr(addr, e),
         None => Error::invalid("store address", format!("{addr:?} resolves to no address")),
     })
@@ -175,8 +158,5 @@ fn bad_addr(addr: &str, e: std::io::Error) -> Error {
 /// threads or descriptors. Core has no variant for local resource
 /// exhaustion, so this reports it as the store being unreachable.
 fn cannot_start(addr: &str, e: std::io::Error) -> Error {
-    Error::StoreProtocol {
-        addr: addr.to_string(),
-        detail: format!("cannot start the store server: {e}"),
-    }
+    Error::StoreProtocol { addr: addr.to_string(), detail: format!("cannot start the store server: {e}") }
 }

@@ -44,11 +44,7 @@ pub(super) enum Event {
 
 /// Serves until `stop` fires (or its sender is dropped). Returning drops the
 /// runtime, which cancels every connection task and so closes its socket.
-pub(super) async fn serve(
-    listener: std::net::TcpListener,
-    opts: ServerOptions,
-    stop: oneshot::Receiver<()>,
-) {
+pub(super) async fn serve(listener: std::net::TcpListener, opts: ServerOptions, stop: oneshot::Receiver<()>) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -71,25 +67,12 @@ async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
         let permit = match limit.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                tracing::warn!(
-                    MAX_CONNECTIONS,
-                    "store connection limit reached; new connections wait"
-                );
-                limit
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the semaphore is never closed")
+                tracing::warn!(MAX_CONNECTIONS, "store connection limit reached; new connections wait");
+                limit.clone().acquire_owned().await.expect("the semaphore is never closed")
             }
         };
         let (stream, peer) = accept(&listener).await;
-        tokio::spawn(connection::run(
-            ConnId(n),
-            stream,
-            peer,
-            events.clone(),
-            permit,
-        ));
+        tokio::spawn(connection::run(ConnId(n), stream, peer, events.clone(), permit));
     }
 }
 

@@ -11,9 +11,7 @@
 
 use super::{invalid, Caller, ConnId, Outbox, ServerState};
 use crate::auth::Transcript;
-use crate::codec::{
-    Challenge, Hello, Response, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION,
-};
+use crate::codec::{Challenge, Hello, Response, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
 use crate::job::{Liveness, RankStatus, Role};
 use ringleader_core::VERSION;
 use std::time::Instant;
@@ -56,15 +54,8 @@ impl RankEntry {
             version: self.version.clone(),
             world_size: self.world_size.map(|w| w as usize),
             since_change: now.saturating_duration_since(self.changed),
-            heartbeat_age: self
-                .heartbeat
-                .as_ref()
-                .map(|(t, _)| now.saturating_duration_since(*t)),
-            heartbeat: self
-                .heartbeat
-                .as_ref()
-                .map(|(_, p)| p.clone())
-                .unwrap_or_default(),
+            heartbeat_age: self.heartbeat.as_ref().map(|(t, _)| now.saturating_duration_since(*t)),
+            heartbeat: self.heartbeat.as_ref().map(|(_, p)| p.clone()).unwrap_or_default(),
         }
     }
 
@@ -116,16 +107,9 @@ impl ServerState {
     }
 
     /// Checks a hello; answers the server's proof of the token, if any.
-    fn admit(
-        &self,
-        hello: &Hello,
-        nonce: &[u8; 32],
-        now: Instant,
-    ) -> Result<Option<[u8; 32]>, WireError> {
+    fn admit(&self, hello: &Hello, nonce: &[u8; 32], now: Instant) -> Result<Option<[u8; 32]>, WireError> {
         if hello.magic != MAGIC {
-            return Err(WireError::Protocol {
-                detail: "the hello has the wrong magic".into(),
-            });
+            return Err(WireError::Protocol { detail: "the hello has the wrong magic".into() });
         }
         if hello.protocol_version != PROTOCOL_VERSION {
             return Err(version_mismatch(hello));
@@ -141,10 +125,7 @@ impl ServerState {
         if any || hello.run_id == self.run_id {
             return Ok(());
         }
-        Err(WireError::ForeignRun {
-            store_run: self.run_id.clone(),
-            client_run: hello.run_id.clone(),
-        })
+        Err(WireError::ForeignRun { store_run: self.run_id.clone(), client_run: hello.run_id.clone() })
     }
 
     fn check_token(&self, hello: &Hello, nonce: &[u8; 32]) -> Result<Option<[u8; 32]>, WireError> {
@@ -165,26 +146,20 @@ impl ServerState {
             }
             Some(_) => return Ok(Some(transcript.server_mac(token))),
         };
-        Err(WireError::AuthFailed {
-            detail: format!("{detail} ({} pid {})", hello.host, hello.pid),
-        })
+        Err(WireError::AuthFailed { detail: format!("{detail} ({} pid {})", hello.host, hello.pid) })
     }
 
     fn check_rank(&self, hello: &Hello, now: Instant) -> Result<(), WireError> {
         if let (Some(rank), Some(world)) = (hello.rank, hello.world_size) {
             if rank >= world {
-                return Err(rank_invalid(format!(
-                    "rank {rank} is not below the world size {world}"
-                )));
+                return Err(rank_invalid(format!("rank {rank} is not below the world size {world}")));
             }
         }
         if hello.role != Role::Member {
             return Ok(());
         }
         let Some(rank) = hello.rank else {
-            return Err(rank_invalid(
-                "a member connection must name its rank".into(),
-            ));
+            return Err(rank_invalid("a member connection must name its rank".into()));
         };
         match self.ranks.get(&rank) {
             None => Ok(()),
@@ -242,10 +217,7 @@ impl ServerState {
 
     pub(super) fn leave(&mut self, conn: ConnId, now: Instant, out: &mut Outbox) -> Response {
         let Some(rank) = self.member_of(conn) else {
-            return invalid(
-                "leave",
-                "only a rank's member connection can leave the job".into(),
-            );
+            return invalid("leave", "only a rank's member connection can leave the job".into());
         };
         self.conns.insert(conn, Conn::Ready { member_of: None });
         self.change(rank, Liveness::Left, now, out);
@@ -254,22 +226,11 @@ impl ServerState {
 
     pub(super) fn heartbeat(&mut self, caller: Caller, payload: Vec<u8>) -> Response {
         if payload.len() > MAX_HEARTBEAT {
-            return invalid(
-                "heartbeat",
-                format!(
-                    "{} bytes is over the {MAX_HEARTBEAT}-byte limit",
-                    payload.len()
-                ),
-            );
+            return invalid("heartbeat", format!("{} bytes is over the {MAX_HEARTBEAT}-byte limit", payload.len()));
         }
-        let entry = self
-            .member_of(caller.conn)
-            .and_then(|r| self.ranks.get_mut(&r));
+        let entry = self.member_of(caller.conn).and_then(|r| self.ranks.get_mut(&r));
         let Some(entry) = entry else {
-            return invalid(
-                "heartbeat",
-                "only a rank's member connection sends heartbeats".into(),
-            );
+            return invalid("heartbeat", "only a rank's member connection sends heartbeats".into());
         };
         entry.heartbeat = Some((caller.now, payload));
         Response::Ok
@@ -295,10 +256,7 @@ impl ServerState {
 }
 
 fn rank_invalid(detail: String) -> WireError {
-    WireError::InvalidArgument {
-        what: "rank".into(),
-        detail,
-    }
+    WireError::InvalidArgument { what: "rank".into(), detail }
 }
 
 fn version_mismatch(hello: &Hello) -> WireError {
@@ -311,9 +269,6 @@ fn version_mismatch(hello: &Hello) -> WireError {
             "the store speaks store protocol {PROTOCOL_VERSION} and {who} protocol {}",
             hello.protocol_version
         ),
-        versions: vec![
-            ("the store".into(), VERSION.to_string()),
-            (who, hello.library_version.clone()),
-        ],
+        versions: vec![("the store".into(), VERSION.to_string()), (who, hello.library_version.clone())],
     }
 }

@@ -91,9 +91,7 @@ impl ServerState {
             .map(|w| {
                 let resp = match w.kind {
                     WaitKind::Status { .. } => Response::Status(self.status(now)),
-                    _ => Response::Timeout {
-                        missing: self.missing(&w.keys),
-                    },
+                    _ => Response::Timeout { missing: self.missing(&w.keys) },
                 };
                 (w.conn, ServerMsg::Response { id: w.id, resp })
             })
@@ -112,27 +110,15 @@ impl ServerState {
         let Caller { conn, now, .. } = caller;
         Some(match req {
             Request::Set { key, value } => self.set(vec![(key, value)], out),
-            Request::Get { key, timeout } => {
-                return self.wait_keys(caller, WaitKind::Get, vec![key], timeout)
-            }
+            Request::Get { key, timeout } => return self.wait_keys(caller, WaitKind::Get, vec![key], timeout),
             Request::TryGet { key } => Response::MaybeValue(self.data.get(&key).cloned()),
             Request::Add { key, delta } => self.add(key, delta, out),
-            Request::CompareSet {
-                key,
-                expected,
-                desired,
-            } => self.compare_set(key, expected, desired, out),
-            Request::Wait { keys, timeout } => {
-                return self.wait_keys(caller, WaitKind::Wait, keys, timeout)
-            }
-            Request::Check { keys } => {
-                Response::Bool(keys.iter().all(|k| self.data.contains_key(k)))
-            }
+            Request::CompareSet { key, expected, desired } => self.compare_set(key, expected, desired, out),
+            Request::Wait { keys, timeout } => return self.wait_keys(caller, WaitKind::Wait, keys, timeout),
+            Request::Check { keys } => Response::Bool(keys.iter().all(|k| self.data.contains_key(k))),
             Request::Delete { key } => Response::Bool(self.data.remove(&key).is_some()),
             Request::NumKeys => Response::Count(self.data.len() as u64),
-            Request::MultiGet { keys, timeout } => {
-                return self.wait_keys(caller, WaitKind::MultiGet, keys, timeout)
-            }
+            Request::MultiGet { keys, timeout } => return self.wait_keys(caller, WaitKind::MultiGet, keys, timeout),
             Request::MultiSet { pairs } => self.set(pairs, out),
             Request::Append { key, value } => self.append(key, value, out),
             Request::KeysWithPrefix { prefix } => Response::Keys(self.keys_with_prefix(&prefix)),
@@ -157,18 +143,12 @@ impl ServerState {
             None => 0,
             Some(Ok(n)) => n,
             Some(Err(v)) => {
-                let detail = format!(
-                    "holds {}, not a decimal integer, so add() cannot count on it",
-                    preview(v)
-                );
+                let detail = format!("holds {}, not a decimal integer, so add() cannot count on it", preview(v));
                 return key_invalid(&key, detail);
             }
         };
         let Some(new) = current.checked_add(delta) else {
-            return key_invalid(
-                &key,
-                format!("adding {delta} to {current} overflows a 64-bit counter"),
-            );
+            return key_invalid(&key, format!("adding {delta} to {current} overflows a 64-bit counter"));
         };
         self.data.insert(key.clone(), new.to_string().into_bytes());
         self.wake(&[key], out);
@@ -177,13 +157,7 @@ impl ServerState {
 
     /// Stores `desired` if the current value is `expected` (`None`: if the
     /// key is absent). Answers the value stored afterwards, empty if none.
-    fn compare_set(
-        &mut self,
-        key: String,
-        expected: Option<Vec<u8>>,
-        desired: Vec<u8>,
-        out: &mut Outbox,
-    ) -> Response {
+    fn compare_set(&mut self, key: String, expected: Option<Vec<u8>>, desired: Vec<u8>, out: &mut Outbox) -> Response {
         let current = self.data.get(&key);
         if current != expected.as_ref() {
             return Response::Value(current.cloned().unwrap_or_default());
@@ -198,16 +172,10 @@ impl ServerState {
         if value_len + value.len() > MAX_VALUE {
             return key_invalid(
                 &key,
-                format!(
-                    "appending {} bytes to {value_len} would pass the {MAX_VALUE}-byte value limit",
-                    value.len()
-                ),
+                format!("appending {} bytes to {value_len} would pass the {MAX_VALUE}-byte value limit", value.len()),
             );
         }
-        self.data
-            .entry(key.clone())
-            .or_default()
-            .extend_from_slice(&value);
+        self.data.entry(key.clone()).or_default().extend_from_slice(&value);
         self.wake(&[key], out);
         Response::Ok
     }
@@ -222,10 +190,7 @@ impl ServerState {
     }
 
     fn missing(&self, keys: &[String]) -> Vec<String> {
-        keys.iter()
-            .filter(|k| !self.data.contains_key(*k))
-            .cloned()
-            .collect()
+        keys.iter().filter(|k| !self.data.contains_key(*k)).cloned().collect()
     }
 
     /// The answer of a key wait whose keys are all present.
@@ -240,13 +205,7 @@ impl ServerState {
 
     /// Answers at once when every key is present (or the timeout is zero),
     /// else parks the request.
-    fn wait_keys(
-        &mut self,
-        caller: Caller,
-        kind: WaitKind,
-        keys: Vec<String>,
-        timeout: Duration,
-    ) -> Option<Response> {
+    fn wait_keys(&mut self, caller: Caller, kind: WaitKind, keys: Vec<String>, timeout: Duration) -> Option<Response> {
         let missing = self.missing(&keys);
         if missing.is_empty() {
             return Some(self.answer(kind, &keys));
@@ -279,12 +238,7 @@ impl ServerState {
 
     /// Answers at once when an event newer than `since` happened, else
     /// parks the poll until one does or the timeout passes.
-    fn wait_status(
-        &mut self,
-        caller: Caller,
-        since: Option<u64>,
-        timeout: Duration,
-    ) -> Option<Response> {
+    fn wait_status(&mut self, caller: Caller, since: Option<u64>, timeout: Duration) -> Option<Response> {
         match since {
             Some(since) if since >= self.generation && !timeout.is_zero() => {
                 let waiter = caller.park(WaitKind::Status { since }, vec![], timeout);
@@ -315,10 +269,7 @@ impl ServerState {
         if record.len() > MAX_ABORT_RECORD {
             return invalid(
                 "abort record",
-                format!(
-                    "{} bytes is over the {MAX_ABORT_RECORD}-byte limit",
-                    record.len()
-                ),
+                format!("{} bytes is over the {MAX_ABORT_RECORD}-byte limit", record.len()),
             );
         }
         if self.abort.is_some() {
@@ -363,10 +314,7 @@ impl Caller {
 }
 
 fn invalid(what: impl Into<String>, detail: String) -> Response {
-    Response::Error(WireError::InvalidArgument {
-        what: what.into(),
-        detail,
-    })
+    Response::Error(WireError::InvalidArgument { what: what.into(), detail })
 }
 
 fn key_invalid(key: &str, detail: String) -> Response {

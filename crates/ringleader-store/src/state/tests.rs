@@ -34,11 +34,7 @@ impl Harness {
     }
 
     fn with(state: ServerState) -> Self {
-        Harness {
-            state,
-            t0: Instant::now(),
-            next_conn: 0,
-        }
+        Harness { state, t0: Instant::now(), next_conn: 0 }
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -47,20 +43,11 @@ impl Harness {
 
     /// Opens a connection and sends `hello`; answers the connection, the
     /// server's reply to it, and the rest of the output.
-    fn open(
-        &mut self,
-        mut hello: Hello,
-        token: Option<&str>,
-        ms: u64,
-    ) -> (ConnId, ServerMsg, Outbox) {
+    fn open(&mut self, mut hello: Hello, token: Option<&str>, ms: u64) -> (ConnId, ServerMsg, Outbox) {
         self.next_conn += 1;
         let conn = ConnId(self.next_conn);
-        let challenge = self
-            .state
-            .connection_opened(conn, [self.next_conn as u8; 32]);
-        let [(to, ServerMsg::Challenge(c))] = &challenge[..] else {
-            panic!("{challenge:?}")
-        };
+        let challenge = self.state.connection_opened(conn, [self.next_conn as u8; 32]);
+        let [(to, ServerMsg::Challenge(c))] = &challenge[..] else { panic!("{challenge:?}") };
         assert_eq!(*to, conn);
         if let Some(token) = token {
             hello.mac = Some(transcript(&c.nonce, &hello).client_mac(token));
@@ -96,13 +83,7 @@ impl Harness {
 }
 
 fn transcript<'a>(server_nonce: &'a [u8; 32], h: &'a Hello) -> Transcript<'a> {
-    Transcript {
-        server_nonce,
-        client_nonce: &h.client_nonce,
-        run_id: &h.run_id,
-        role: h.role,
-        rank: h.rank,
-    }
+    Transcript { server_nonce, client_nonce: &h.client_nonce, run_id: &h.run_id, role: h.role, rank: h.rank }
 }
 
 /// The one message of `out`, which must answer request `id` of `conn`.
@@ -114,24 +95,15 @@ fn answer(out: &[(ConnId, ServerMsg)], conn: ConnId, id: u64) -> Response {
 }
 
 fn set(key: &str, value: &[u8]) -> Request {
-    Request::Set {
-        key: key.into(),
-        value: value.to_vec(),
-    }
+    Request::Set { key: key.into(), value: value.to_vec() }
 }
 
 fn get(key: &str, ms: u64) -> Request {
-    Request::Get {
-        key: key.into(),
-        timeout: Duration::from_millis(ms),
-    }
+    Request::Get { key: key.into(), timeout: Duration::from_millis(ms) }
 }
 
 fn status_since(since: u64, ms: u64) -> Request {
-    Request::Status {
-        since: Some(since),
-        timeout: Duration::from_millis(ms),
-    }
+    Request::Status { since: Some(since), timeout: Duration::from_millis(ms) }
 }
 
 fn strings(keys: &[&str]) -> Vec<String> {
@@ -164,21 +136,13 @@ fn a_get_waits_until_another_connection_sets_the_key() {
 fn a_wait_expires_on_the_synthetic_clock() {
     let mut h = Harness::new();
     let c = h.aux();
-    let req = Request::Wait {
-        keys: strings(&["a", "b"]),
-        timeout: Duration::from_millis(100),
-    };
+    let req = Request::Wait { keys: strings(&["a", "b"]), timeout: Duration::from_millis(100) };
     assert!(h.send(c, 3, req, 0).is_empty());
     h.ask(c, set("a", b""), 20);
     assert_eq!(h.state.poll_timeout(), Some(h.at(100)));
     assert!(h.state.handle_timeout(h.at(99)).is_empty());
     let out = h.state.handle_timeout(h.at(100));
-    assert_eq!(
-        answer(&out, c, 3),
-        Response::Timeout {
-            missing: strings(&["b"])
-        }
-    );
+    assert_eq!(answer(&out, c, 3), Response::Timeout { missing: strings(&["b"]) });
     assert_eq!((h.state.waiting(), h.state.poll_timeout()), (0, None));
 }
 
@@ -186,45 +150,24 @@ fn a_wait_expires_on_the_synthetic_clock() {
 fn a_zero_timeout_answers_at_once() {
     let mut h = Harness::new();
     let c = h.aux();
-    assert_eq!(
-        h.ask(c, get("k", 0), 0),
-        Response::Timeout {
-            missing: strings(&["k"])
-        }
-    );
+    assert_eq!(h.ask(c, get("k", 0), 0), Response::Timeout { missing: strings(&["k"]) });
 }
 
 #[test]
 fn waiters_are_woken_by_every_kind_of_write() {
     let writes = [
         set("k", b"1"),
-        Request::Add {
-            key: "k".into(),
-            delta: 1,
-        },
-        Request::MultiSet {
-            pairs: vec![("x".into(), vec![]), ("k".into(), b"1".to_vec())],
-        },
-        Request::Append {
-            key: "k".into(),
-            value: b"1".to_vec(),
-        },
-        Request::CompareSet {
-            key: "k".into(),
-            expected: None,
-            desired: b"1".to_vec(),
-        },
+        Request::Add { key: "k".into(), delta: 1 },
+        Request::MultiSet { pairs: vec![("x".into(), vec![]), ("k".into(), b"1".to_vec())] },
+        Request::Append { key: "k".into(), value: b"1".to_vec() },
+        Request::CompareSet { key: "k".into(), expected: None, desired: b"1".to_vec() },
     ];
     for write in writes {
         let mut h = Harness::new();
         let (waiter, writer) = (h.aux(), h.aux());
         assert!(h.send(waiter, 9, get("k", 1000), 0).is_empty());
         let out = h.send(writer, 1, write.clone(), 1);
-        assert_eq!(
-            answer(&out[1..], waiter, 9),
-            Response::Value(b"1".to_vec()),
-            "{write:?}"
-        );
+        assert_eq!(answer(&out[1..], waiter, 9), Response::Value(b"1".to_vec()), "{write:?}");
     }
 }
 
@@ -233,11 +176,7 @@ fn a_failed_compare_set_wakes_nobody() {
     let mut h = Harness::new();
     let (waiter, writer) = (h.aux(), h.aux());
     h.send(waiter, 9, get("k", 1000), 0);
-    let req = Request::CompareSet {
-        key: "k".into(),
-        expected: Some(b"x".to_vec()),
-        desired: b"y".to_vec(),
-    };
+    let req = Request::CompareSet { key: "k".into(), expected: Some(b"x".to_vec()), desired: b"y".to_vec() };
     assert_eq!(h.ask(writer, req, 1), Response::Value(vec![]));
     assert_eq!(h.state.waiting(), 1);
 }
@@ -246,23 +185,13 @@ fn a_failed_compare_set_wakes_nobody() {
 fn a_multi_key_wait_needs_every_key_at_once() {
     let mut h = Harness::new();
     let (waiter, writer) = (h.aux(), h.aux());
-    let req = Request::MultiGet {
-        keys: strings(&["a", "b"]),
-        timeout: Duration::from_secs(1),
-    };
+    let req = Request::MultiGet { keys: strings(&["a", "b"]), timeout: Duration::from_secs(1) };
     assert!(h.send(waiter, 4, req, 0).is_empty());
     h.ask(writer, set("a", b"A"), 1);
     h.ask(writer, Request::Delete { key: "a".into() }, 2);
-    assert_eq!(
-        h.ask(writer, set("b", b"B"), 3),
-        Response::Ok,
-        "a was deleted again"
-    );
+    assert_eq!(h.ask(writer, set("b", b"B"), 3), Response::Ok, "a was deleted again");
     let out = h.send(writer, 1, set("a", b"A2"), 4);
-    assert_eq!(
-        answer(&out[1..], waiter, 4),
-        Response::Values(vec![b"A2".to_vec(), b"B".to_vec()])
-    );
+    assert_eq!(answer(&out[1..], waiter, 4), Response::Values(vec![b"A2".to_vec(), b"B".to_vec()]));
 }
 
 #[test]
@@ -274,59 +203,27 @@ fn compare_set_semantics() {
         expected: expected.map(<[u8]>::to_vec),
         desired: desired.to_vec(),
     };
-    assert_eq!(
-        h.ask(c, cas(Some(b"x"), b"y"), 0),
-        Response::Value(vec![]),
-        "absent, expected a value"
-    );
-    assert_eq!(
-        h.ask(c, Request::TryGet { key: "k".into() }, 0),
-        Response::MaybeValue(None)
-    );
-    assert_eq!(
-        h.ask(c, cas(None, b"first"), 0),
-        Response::Value(b"first".to_vec()),
-        "only if absent"
-    );
-    assert_eq!(
-        h.ask(c, cas(None, b"second"), 0),
-        Response::Value(b"first".to_vec())
-    );
-    assert_eq!(
-        h.ask(c, cas(Some(b"other"), b"third"), 0),
-        Response::Value(b"first".to_vec())
-    );
-    assert_eq!(
-        h.ask(c, cas(Some(b"first"), b"third"), 0),
-        Response::Value(b"third".to_vec())
-    );
+    assert_eq!(h.ask(c, cas(Some(b"x"), b"y"), 0), Response::Value(vec![]), "absent, expected a value");
+    assert_eq!(h.ask(c, Request::TryGet { key: "k".into() }, 0), Response::MaybeValue(None));
+    assert_eq!(h.ask(c, cas(None, b"first"), 0), Response::Value(b"first".to_vec()), "only if absent");
+    assert_eq!(h.ask(c, cas(None, b"second"), 0), Response::Value(b"first".to_vec()));
+    assert_eq!(h.ask(c, cas(Some(b"other"), b"third"), 0), Response::Value(b"first".to_vec()));
+    assert_eq!(h.ask(c, cas(Some(b"first"), b"third"), 0), Response::Value(b"third".to_vec()));
 }
 
 #[test]
 fn add_counts_in_decimal_ascii_and_refuses_non_numbers() {
     let mut h = Harness::new();
     let c = h.aux();
-    let add = |key: &str, delta| Request::Add {
-        key: key.into(),
-        delta,
-    };
+    let add = |key: &str, delta| Request::Add { key: key.into(), delta };
     assert_eq!(h.ask(c, add("n", 5), 0), Response::Int(5));
     assert_eq!(h.ask(c, add("n", -7), 0), Response::Int(-2));
     assert_eq!(h.ask(c, get("n", 0), 0), Response::Value(b"-2".to_vec()));
     h.ask(c, set("text", b"hello"), 0);
-    let Response::Error(WireError::InvalidArgument { what, detail }) = h.ask(c, add("text", 1), 0)
-    else {
-        panic!()
-    };
-    assert!(
-        what.contains("text") && detail.contains("not a decimal integer"),
-        "{what}: {detail}"
-    );
+    let Response::Error(WireError::InvalidArgument { what, detail }) = h.ask(c, add("text", 1), 0) else { panic!() };
+    assert!(what.contains("text") && detail.contains("not a decimal integer"), "{what}: {detail}");
     h.ask(c, set("big", i64::MAX.to_string().as_bytes()), 0);
-    assert!(matches!(
-        h.ask(c, add("big", 1), 0),
-        Response::Error(WireError::InvalidArgument { .. })
-    ));
+    assert!(matches!(h.ask(c, add("big", 1), 0), Response::Error(WireError::InvalidArgument { .. })));
 }
 
 #[test]
@@ -337,70 +234,14 @@ fn keys_check_delete_and_prefixes() {
         h.ask(c, set(k, b""), 0);
     }
     assert_eq!(h.ask(c, Request::NumKeys, 0), Response::Count(4));
-    let prefixed = h.ask(
-        c,
-        Request::KeysWithPrefix {
-            prefix: "rank/".into(),
-        },
-        0,
-    );
+    let prefixed = h.ask(c, Request::KeysWithPrefix { prefix: "rank/".into() }, 0);
     assert_eq!(prefixed, Response::Keys(strings(&["rank/0", "rank/1"])));
-    assert_eq!(
-        h.ask(
-            c,
-            Request::Check {
-                keys: strings(&["rank/0", "other"])
-            },
-            0
-        ),
-        Response::Bool(true)
-    );
-    assert_eq!(
-        h.ask(
-            c,
-            Request::Delete {
-                key: "other".into()
-            },
-            0
-        ),
-        Response::Bool(true)
-    );
-    assert_eq!(
-        h.ask(
-            c,
-            Request::Delete {
-                key: "other".into()
-            },
-            0
-        ),
-        Response::Bool(false)
-    );
-    assert_eq!(
-        h.ask(
-            c,
-            Request::Check {
-                keys: strings(&["rank/0", "other"])
-            },
-            0
-        ),
-        Response::Bool(false)
-    );
-    h.ask(
-        c,
-        Request::Append {
-            key: "log".into(),
-            value: b"a".to_vec(),
-        },
-        0,
-    );
-    h.ask(
-        c,
-        Request::Append {
-            key: "log".into(),
-            value: b"b".to_vec(),
-        },
-        0,
-    );
+    assert_eq!(h.ask(c, Request::Check { keys: strings(&["rank/0", "other"]) }, 0), Response::Bool(true));
+    assert_eq!(h.ask(c, Request::Delete { key: "other".into() }, 0), Response::Bool(true));
+    assert_eq!(h.ask(c, Request::Delete { key: "other".into() }, 0), Response::Bool(false));
+    assert_eq!(h.ask(c, Request::Check { keys: strings(&["rank/0", "other"]) }, 0), Response::Bool(false));
+    h.ask(c, Request::Append { key: "log".into(), value: b"a".to_vec() }, 0);
+    h.ask(c, Request::Append { key: "log".into(), value: b"b".to_vec() }, 0);
     assert_eq!(h.ask(c, get("log", 0), 0), Response::Value(b"ab".to_vec()));
 }
 
@@ -411,10 +252,7 @@ fn a_closed_connection_takes_its_waits_along() {
     h.send(c, 1, get("k", 1000), 0);
     assert!(h.state.connection_closed(c, h.at(1)).is_empty());
     assert_eq!((h.state.waiting(), h.state.poll_timeout()), (0, None));
-    assert!(
-        h.send(c, 2, Request::NumKeys, 2).is_empty(),
-        "a closed connection is not answered"
-    );
+    assert!(h.send(c, 2, Request::NumKeys, 2).is_empty(), "a closed connection is not answered");
 }
 
 #[test]
@@ -431,16 +269,10 @@ fn members_connect_leave_and_vanish() {
     let s = h.state.status(h.at(1000));
     assert_eq!((s.generation, s.with(Liveness::Connected)), (2, vec![0, 1]));
     assert_eq!(h.ask(r0, Request::Leave, 1000), Response::Ok);
-    assert!(
-        h.state.connection_closed(r0, h.at(1100)).is_empty(),
-        "no event: it already left"
-    );
+    assert!(h.state.connection_closed(r0, h.at(1100)).is_empty(), "no event: it already left");
     h.state.connection_closed(r1, h.at(2000));
     let s = h.state.status(h.at(3000));
-    assert_eq!(
-        (s.with(Liveness::Left), s.with(Liveness::Vanished)),
-        (vec![0], vec![1])
-    );
+    assert_eq!((s.with(Liveness::Left), s.with(Liveness::Vanished)), (vec![0], vec![1]));
     let r1 = s.rank(1).unwrap();
     assert_eq!((r1.pid, r1.since_change), (101, Duration::from_secs(1)));
     assert_eq!(s.generation, 4);
@@ -451,61 +283,28 @@ fn a_status_poll_is_woken_by_vanish_leave_and_abort() {
     let mut h = Harness::new();
     let watcher = h.aux();
     let (r0, r1) = (h.member(0, 100, 0), h.member(1, 101, 0));
-    let gen = match h.ask(
-        watcher,
-        Request::Status {
-            since: None,
-            timeout: Duration::ZERO,
-        },
-        0,
-    ) {
+    let gen = match h.ask(watcher, Request::Status { since: None, timeout: Duration::ZERO }, 0) {
         Response::Status(s) => s.generation,
         other => panic!("{other:?}"),
     };
 
     assert!(h.send(watcher, 2, status_since(gen, 5000), 10).is_empty());
     let out = h.state.connection_closed(r1, h.at(20));
-    let Response::Status(s) = answer(&out, watcher, 2) else {
-        panic!()
-    };
-    assert_eq!(
-        (s.generation, s.with(Liveness::Vanished)),
-        (gen + 1, vec![1])
-    );
+    let Response::Status(s) = answer(&out, watcher, 2) else { panic!() };
+    assert_eq!((s.generation, s.with(Liveness::Vanished)), (gen + 1, vec![1]));
 
-    assert!(h
-        .send(watcher, 3, status_since(gen + 1, 5000), 30)
-        .is_empty());
+    assert!(h.send(watcher, 3, status_since(gen + 1, 5000), 30).is_empty());
     let out = h.send(r0, 1, Request::Leave, 40);
-    let Response::Status(s) = answer(&out[1..], watcher, 3) else {
-        panic!()
-    };
+    let Response::Status(s) = answer(&out[1..], watcher, 3) else { panic!() };
     assert_eq!(s.with(Liveness::Left), vec![0]);
 
-    assert!(h
-        .send(watcher, 4, status_since(s.generation, 5000), 50)
-        .is_empty());
-    let out = h.send(
-        watcher,
-        5,
-        Request::AbortJob {
-            record: b"rank 1 died".to_vec(),
-        },
-        60,
-    );
+    assert!(h.send(watcher, 4, status_since(s.generation, 5000), 50).is_empty());
+    let out = h.send(watcher, 5, Request::AbortJob { record: b"rank 1 died".to_vec() }, 60);
     assert_eq!(answer(&out[..1], watcher, 5), Response::Bool(true));
-    let Response::Status(s) = answer(&out[1..], watcher, 4) else {
-        panic!()
-    };
+    let Response::Status(s) = answer(&out[1..], watcher, 4) else { panic!() };
     assert_eq!(s.abort.as_deref(), Some(&b"rank 1 died"[..]));
-    let again = Request::AbortJob {
-        record: b"second".to_vec(),
-    };
-    assert_eq!(
-        h.ask(watcher, again, 70),
-        Response::Bool(false),
-        "the first record wins"
-    );
+    let again = Request::AbortJob { record: b"second".to_vec() };
+    assert_eq!(h.ask(watcher, again, 70), Response::Bool(false), "the first record wins");
 }
 
 #[test]
@@ -515,9 +314,7 @@ fn a_status_poll_times_out_with_the_status_not_an_error() {
     h.member(2, 7, 0);
     assert!(h.send(c, 8, status_since(1, 250), 0).is_empty());
     let out = h.state.handle_timeout(h.at(250));
-    let Response::Status(s) = answer(&out, c, 8) else {
-        panic!("{out:?}")
-    };
+    let Response::Status(s) = answer(&out, c, 8) else { panic!("{out:?}") };
     assert_eq!((s.generation, s.with(Liveness::Connected)), (1, vec![2]));
     let Response::Status(_) = h.ask(c, status_since(0, 250), 300) else {
         panic!("an older generation answers at once")
@@ -528,34 +325,14 @@ fn a_status_poll_times_out_with_the_status_not_an_error() {
 fn heartbeats_are_aged_by_the_server_clock() {
     let mut h = Harness::new();
     let (member, aux) = (h.member(0, 100, 0), h.aux());
-    assert_eq!(
-        h.ask(
-            member,
-            Request::Heartbeat {
-                payload: b"seq 7".to_vec()
-            },
-            1000
-        ),
-        Response::Ok
-    );
+    assert_eq!(h.ask(member, Request::Heartbeat { payload: b"seq 7".to_vec() }, 1000), Response::Ok);
     let r0 = h.state.status(h.at(3500)).ranks.remove(0);
-    assert_eq!(
-        (r0.heartbeat_age, r0.heartbeat),
-        (Some(Duration::from_millis(2500)), b"seq 7".to_vec())
-    );
+    assert_eq!((r0.heartbeat_age, r0.heartbeat), (Some(Duration::from_millis(2500)), b"seq 7".to_vec()));
     let refused = h.ask(aux, Request::Heartbeat { payload: vec![] }, 0);
-    assert!(
-        matches!(refused, Response::Error(WireError::InvalidArgument { .. })),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Response::Error(WireError::InvalidArgument { .. })), "{refused:?}");
     let refused = h.ask(aux, Request::Leave, 0);
-    assert!(
-        matches!(refused, Response::Error(WireError::InvalidArgument { .. })),
-        "{refused:?}"
-    );
-    let big = Request::Heartbeat {
-        payload: vec![0; MAX_HEARTBEAT + 1],
-    };
+    assert!(matches!(refused, Response::Error(WireError::InvalidArgument { .. })), "{refused:?}");
+    let big = Request::Heartbeat { payload: vec![0; MAX_HEARTBEAT + 1] };
     assert!(matches!(h.ask(member, big, 0), Response::Error(_)));
 }
 
@@ -564,34 +341,16 @@ fn a_second_member_for_a_rank_is_refused_naming_both() {
     let mut h = Harness::new();
     let first = h.member(1, 100, 0);
     let (_, reply, _) = h.open(hello(Role::Member, Some(1), 200), None, 0);
-    let ServerMsg::Reject(WireError::DuplicateRank {
-        rank,
-        first: a,
-        second: b,
-    }) = reply
-    else {
-        panic!("{reply:?}")
-    };
-    assert_eq!(
-        (rank, a.as_str(), b.as_str()),
-        (1, "node-a pid 100", "node-a pid 200")
-    );
+    let ServerMsg::Reject(WireError::DuplicateRank { rank, first: a, second: b }) = reply else { panic!("{reply:?}") };
+    assert_eq!((rank, a.as_str(), b.as_str()), (1, "node-a pid 100", "node-a pid 200"));
 
     let (_, reply, _) = h.open(hello(Role::Aux, Some(1), 300), None, 0);
-    assert!(
-        matches!(reply, ServerMsg::Welcome(_)),
-        "aux connections of a rank are fine"
-    );
+    assert!(matches!(reply, ServerMsg::Welcome(_)), "aux connections of a rank are fine");
 
     h.state.connection_closed(first, h.at(1000));
     let (_, reply, _) = h.open(hello(Role::Member, Some(1), 400), None, 3000);
-    let ServerMsg::Reject(WireError::DuplicateRank { first, .. }) = reply else {
-        panic!("{reply:?}")
-    };
-    assert!(
-        first.contains("vanished 2.0 s ago") && first.contains("cannot rejoin"),
-        "{first}"
-    );
+    let ServerMsg::Reject(WireError::DuplicateRank { first, .. }) = reply else { panic!("{reply:?}") };
+    assert!(first.contains("vanished 2.0 s ago") && first.contains("cannot rejoin"), "{first}");
 }
 
 #[test]
@@ -600,41 +359,23 @@ fn the_handshake_checks_protocol_run_and_rank() {
     let mut old = hello(Role::Aux, None, 1);
     old.protocol_version = PROTOCOL_VERSION + 1;
     let (_, reply, _) = h.open(old, None, 0);
-    let ServerMsg::Reject(WireError::VersionMismatch { detail, versions }) = reply else {
-        panic!("{reply:?}")
-    };
-    assert!(
-        detail.contains(&format!("protocol {}", PROTOCOL_VERSION + 1)),
-        "{detail}"
-    );
+    let ServerMsg::Reject(WireError::VersionMismatch { detail, versions }) = reply else { panic!("{reply:?}") };
+    assert!(detail.contains(&format!("protocol {}", PROTOCOL_VERSION + 1)), "{detail}");
     assert_eq!(versions[1].1, "0.1.0");
 
     let mut foreign = hello(Role::Member, Some(0), 1);
     foreign.run_id = "other".into();
     let (_, reply, _) = h.open(foreign, None, 0);
-    let expected = WireError::ForeignRun {
-        store_run: "job".into(),
-        client_run: "other".into(),
-    };
+    let expected = WireError::ForeignRun { store_run: "job".into(), client_run: "other".into() };
     assert_eq!(reply, ServerMsg::Reject(expected));
 
     let (_, reply, _) = h.open(hello(Role::Member, None, 1), None, 0);
-    assert!(
-        matches!(reply, ServerMsg::Reject(WireError::InvalidArgument { .. })),
-        "{reply:?}"
-    );
+    assert!(matches!(reply, ServerMsg::Reject(WireError::InvalidArgument { .. })), "{reply:?}");
     let mut beyond = hello(Role::Member, Some(4), 1);
     beyond.world_size = Some(4);
     let (_, reply, _) = h.open(beyond, None, 0);
-    assert!(
-        matches!(reply, ServerMsg::Reject(WireError::InvalidArgument { .. })),
-        "{reply:?}"
-    );
-    assert_eq!(
-        h.state.status(h.at(0)).generation,
-        0,
-        "refused members are no events"
-    );
+    assert!(matches!(reply, ServerMsg::Reject(WireError::InvalidArgument { .. })), "{reply:?}");
+    assert_eq!(h.state.status(h.at(0)).generation, 0, "refused members are no events");
 }
 
 #[test]
@@ -642,55 +383,31 @@ fn wildcard_runs() {
     let mut any = Harness::with(ServerState::new("*", None));
     let mut foreign = hello(Role::Member, Some(0), 1);
     foreign.run_id = "whatever".into();
-    assert!(matches!(
-        any.open(foreign, None, 0).1,
-        ServerMsg::Welcome(_)
-    ));
+    assert!(matches!(any.open(foreign, None, 0).1, ServerMsg::Welcome(_)));
 
     let mut h = Harness::new();
     let mut tool = hello(Role::Tool, None, 1);
     tool.run_id = "*".into();
-    assert!(matches!(
-        h.open(tool.clone(), None, 0).1,
-        ServerMsg::Welcome(_)
-    ));
+    assert!(matches!(h.open(tool.clone(), None, 0).1, ServerMsg::Welcome(_)));
     tool.role = Role::Aux;
-    assert!(matches!(
-        h.open(tool, None, 0).1,
-        ServerMsg::Reject(WireError::ForeignRun { .. })
-    ));
+    assert!(matches!(h.open(tool, None, 0).1, ServerMsg::Reject(WireError::ForeignRun { .. })));
 }
 
 #[test]
 fn tokens_are_proven_both_ways() {
     let mut h = Harness::with(ServerState::new("job", Some("secret")));
     let (_, reply, _) = h.open(hello(Role::Aux, None, 1), None, 0);
-    assert!(
-        matches!(reply, ServerMsg::Reject(WireError::AuthFailed { .. })),
-        "no token: {reply:?}"
-    );
+    assert!(matches!(reply, ServerMsg::Reject(WireError::AuthFailed { .. })), "no token: {reply:?}");
     let (_, reply, _) = h.open(hello(Role::Aux, None, 1), Some("wrong"), 0);
-    assert!(
-        matches!(reply, ServerMsg::Reject(WireError::AuthFailed { .. })),
-        "wrong token: {reply:?}"
-    );
+    assert!(matches!(reply, ServerMsg::Reject(WireError::AuthFailed { .. })), "wrong token: {reply:?}");
 
     let h2 = hello(Role::Member, Some(0), 1);
     let (conn, reply, _) = h.open(h2.clone(), Some("secret"), 0);
-    let ServerMsg::Welcome(Welcome {
-        server_mac: Some(mac),
-    }) = reply
-    else {
-        panic!("{reply:?}")
-    };
+    let ServerMsg::Welcome(Welcome { server_mac: Some(mac) }) = reply else { panic!("{reply:?}") };
     let nonce = [conn.0 as u8; 32];
     assert!(transcript(&nonce, &h2).verify_server("secret", &mac));
 
     let mut open = Harness::new();
     let (_, reply, _) = open.open(hello(Role::Aux, None, 1), Some("secret"), 0);
-    assert_eq!(
-        reply,
-        ServerMsg::Welcome(Welcome { server_mac: None }),
-        "the client then refuses the store"
-    );
+    assert_eq!(reply, ServerMsg::Welcome(Welcome { server_mac: None }), "the client then refuses the store");
 }

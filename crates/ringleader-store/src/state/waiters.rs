@@ -109,10 +109,7 @@ impl Waiters {
 
     /// Takes the waiters indexed under any of `keys`, in arrival order. The
     /// caller re-indexes those that still miss something.
-    pub(super) fn take_for_keys<'k>(
-        &mut self,
-        keys: impl IntoIterator<Item = &'k str>,
-    ) -> Vec<WaiterId> {
+    pub(super) fn take_for_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k str>) -> Vec<WaiterId> {
         let mut woken = BTreeSet::new();
         for key in keys {
             woken.extend(self.by_key.remove(key).into_iter().flatten());
@@ -134,12 +131,7 @@ impl Waiters {
 
     /// Unparks every waiter whose deadline is at or before `now`.
     pub(super) fn take_expired(&mut self, now: Instant) -> Vec<Waiter> {
-        let due: Vec<WaiterId> = self
-            .deadlines
-            .iter()
-            .take_while(|(d, _)| *d <= now)
-            .map(|(_, wid)| *wid)
-            .collect();
+        let due: Vec<WaiterId> = self.deadlines.iter().take_while(|(d, _)| *d <= now).map(|(_, wid)| *wid).collect();
         due.into_iter().filter_map(|wid| self.remove(wid)).collect()
     }
 

@@ -35,10 +35,7 @@ pub(crate) fn client(addr: &str) -> StoreClient {
 
 /// Runs `f` on a thread and fails the test if it does not finish within
 /// `limit`, so that a hang is a failure rather than a stuck test run.
-pub(crate) fn within<T: Send + 'static>(
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
+pub(crate) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     let worker = std::thread::spawn(move || {
         let _ = tx.send(f());
