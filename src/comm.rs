@@ -360,6 +360,7 @@ impl Communicator {
     /// Aborts the communicator: the running operation and every later one
     /// fail, and the other ranks learn why.
     pub fn abort(&self, reason: &str) {
+        self.shared.user_aborted.store(true, Ordering::Release);
         self.shared.abort.abort(Error::aborted(format!("rank {} called abort: {reason}", self.shared.rank)));
     }
 

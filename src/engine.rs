@@ -147,6 +147,8 @@ pub(crate) struct Shared {
     /// Hard timeout of the running operation, in ms.
     pub op_timeout_ms: AtomicU64,
     pub destroyed: AtomicBool,
+    /// Set by [`crate::Communicator::abort`]: the caller knows why.
+    pub user_aborted: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -200,6 +202,7 @@ impl Shared {
             current: Mutex::new(None),
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
             destroyed: AtomicBool::new(false),
+            user_aborted: AtomicBool::new(false),
             cfg,
         }
     }

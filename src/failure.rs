@@ -44,6 +44,15 @@ impl Shared {
         let awaited = mask_ranks(self.fr.progress().awaited.load(Ordering::Relaxed));
         self.fr.failed(job.record, &local.to_string(), awaited);
         let observation = Observation::from_error(&local);
+        if self.user_aborted.load(Ordering::Acquire) {
+            // The caller aborted and knows why: tell the others, skip the inquiry.
+            if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(200)) {
+                let record = AbortRecord { rank: self.rank, observation };
+                let _ = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default());
+            }
+            *self.failure.lock() = Some(local.clone());
+            return local;
+        }
         let mut diagnosis = match self.agree(&observation) {
             Ok(d) => d,
             Err(e) => {

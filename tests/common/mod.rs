@@ -95,6 +95,8 @@ pub struct JobSpec<'a> {
     /// Host the store in the test process (as `ringleader launch` does);
     /// otherwise rank 0 hosts it.
     pub external_store: bool,
+    /// Ranks not started at all (a node that never launched).
+    pub absent: Vec<usize>,
 }
 
 impl<'a> JobSpec<'a> {
@@ -106,7 +108,14 @@ impl<'a> JobSpec<'a> {
             rank_env: Box::new(|_| Vec::new()),
             limit: Duration::from_secs(60),
             external_store: true,
+            absent: Vec::new(),
         }
+    }
+
+    /// Does not start `rank`.
+    pub fn without(mut self, rank: usize) -> Self {
+        self.absent.push(rank);
+        self
     }
 
     pub fn env(mut self, k: &str, v: &str) -> Self {
@@ -158,6 +167,7 @@ pub fn start(spec: &JobSpec<'_>) -> Running {
     let exe = std::env::current_exe().unwrap();
     let start = Instant::now();
     let children = (0..spec.world)
+        .filter(|r| !spec.absent.contains(r))
         .map(|rank| {
             let mut c = Command::new(&exe);
             c.args(["--exact", "worker", "--nocapture", "--test-threads", "1", "-q"])

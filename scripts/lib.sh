@@ -1,0 +1,31 @@
+# Shared helpers for scripts/*.sh: install what is missing, quietly.
+
+# Installs Debian packages that are not installed yet (needs root or sudo).
+ensure_apt() {
+    local missing=()
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# The Python virtual environment the tests and benchmarks share (torch is
+# about 5 GB, so it is created once and reused).
+RINGLEADER_VENV="${RINGLEADER_VENV:-$HOME/.cache/ringleader/venv}"
+
+ensure_venv() {
+    if [ ! -x "$RINGLEADER_VENV/bin/python" ]; then
+        echo "creating the Python venv $RINGLEADER_VENV (torch, numpy, pytest; a few minutes once)"
+        mkdir -p "$(dirname "$RINGLEADER_VENV")"
+        python3 -m venv "$RINGLEADER_VENV"
+        "$RINGLEADER_VENV/bin/pip" install -q --upgrade pip
+    fi
+    if ! "$RINGLEADER_VENV/bin/python" -c "import torch, numpy, pytest" >/dev/null 2>&1; then
+        "$RINGLEADER_VENV/bin/pip" install -q torch numpy pytest
+    fi
+}
