@@ -57,12 +57,72 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-fn raw<T: Element>(s: &[T]) -> RawBuf {
-    RawBuf::new(s.as_ptr() as *mut u8, std::mem::size_of_val(s))
+/// What a raw call does (see [`Communicator::call_raw`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawOp {
+    /// In place on the output buffer.
+    AllReduce { op: ReduceOp },
+    /// Input to output.
+    AllGather,
+    /// Input to output.
+    ReduceScatter { op: ReduceOp },
+    /// In place on the output buffer.
+    Broadcast { root: Rank },
+    /// In place on the output buffer.
+    Reduce { root: Rank, op: ReduceOp },
+    /// Input to output.
+    AllToAll,
+    /// Reads the input.
+    Send { peer: Rank },
+    /// Writes the output.
+    Recv { peer: Rank },
+    /// No buffers.
+    Barrier,
+    /// No buffers.
+    MonitoredBarrier { timeout: Duration, wait_all: bool },
 }
 
-fn raw_mut<T: Element>(s: &mut [T]) -> RawBuf {
-    RawBuf::new(s.as_mut_ptr() as *mut u8, std::mem::size_of_val(s))
+/// A collective on raw buffers, for language bindings.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// What to do.
+    pub op: RawOp,
+    /// Element type of both buffers.
+    pub dtype: DType,
+    /// Input buffer (read only).
+    pub input: *const u8,
+    /// Elements in `input`.
+    pub input_count: usize,
+    /// Output (or in-place) buffer.
+    pub output: *mut u8,
+    /// Elements in `output`.
+    pub output_count: usize,
+}
+
+impl Call {
+    fn inplace<T: Element>(op: RawOp, buf: &mut [T]) -> Call {
+        Call {
+            op,
+            dtype: T::DTYPE,
+            input: std::ptr::null(),
+            input_count: 0,
+            output: buf.as_mut_ptr() as *mut u8,
+            output_count: buf.len(),
+        }
+    }
+
+    fn outofplace<T: Element>(op: RawOp, input: &[T], output: &mut [T]) -> Call {
+        Call {
+            op,
+            dtype: T::DTYPE,
+            input: input.as_ptr() as *const u8,
+            input_count: input.len(),
+            output: output.as_mut_ptr() as *mut u8,
+            output_count: output.len(),
+        }
+    }
 }
 
 impl Communicator {
@@ -130,86 +190,160 @@ impl Communicator {
         &self.shared.cfg
     }
 
-    fn sync(&self, task: Task, fp: Fingerprint, io: RawBuf, io_ro: bool, out: RawBuf) -> Result<()> {
-        self.shared.run_sync(Request { task, fp, io, io_ro, out })
+    fn sync(&self, call: Call) -> Result<()> {
+        self.shared.run_sync(self.request(call)?)
     }
 
-    fn queue<B>(&self, task: Task, fp: Fingerprint, io: RawBuf, io_ro: bool, out: RawBuf, buf: B) -> Result<Work<B>> {
-        match self.shared.enqueue(Request { task, fp, io, io_ro, out }, false)? {
-            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op: fp.op, seq }),
+    fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
+        let req = self.request(call)?;
+        let op = req.fp.op;
+        match self.shared.enqueue(req, false)? {
+            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq }),
             Enqueued::Inline(_) => unreachable!("asynchronous submissions always queue"),
         }
     }
 
-    fn check_root(&self, what: &str, root: Rank) -> Result<()> {
-        if root >= self.shared.world {
-            return Err(Error::invalid(
-                what,
-                format!("rank {root} does not exist in a world of {}", self.shared.world),
-            ));
+    /// Validates a call and turns it into an engine request.
+    fn request(&self, c: Call) -> Result<Request> {
+        let (n, rank) = (self.shared.world, self.shared.rank);
+        let check_root = |what: &str, root: Rank| {
+            if root >= n {
+                return Err(Error::invalid(what, format!("rank {root} does not exist in a world of {n}")));
+            }
+            Ok(())
+        };
+        let check_peer = |what: &str, peer: Rank| {
+            check_root(what, peer)?;
+            if peer == rank {
+                return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
+            }
+            Ok(())
+        };
+        let times_n = |what: &str, small: usize, big: usize, small_name: &str, big_name: &str| {
+            if small.checked_mul(n) != Some(big) {
+                return Err(Error::invalid(
+                    what,
+                    format!("{big_name} holds {big} elements; it must hold world_size ({n}) x {small_name} ({small})"),
+                ));
+            }
+            Ok(())
+        };
+        let (ic, oc) = (c.input_count, c.output_count);
+        let (op, task) = match c.op {
+            RawOp::AllReduce { op } => (OpKind::AllReduce, Coll::AllReduce { count: oc, op }),
+            RawOp::AllGather => {
+                times_n("all_gather", ic, oc, "input", "output")?;
+                (OpKind::AllGather, Coll::AllGather { per_rank: ic })
+            }
+            RawOp::ReduceScatter { op } => {
+                times_n("reduce_scatter", oc, ic, "output", "input")?;
+                (OpKind::ReduceScatter, Coll::ReduceScatter { per_rank: oc, op })
+            }
+            RawOp::Broadcast { root } => {
+                check_root("broadcast root", root)?;
+                (OpKind::Broadcast, Coll::Broadcast { count: oc, root })
+            }
+            RawOp::Reduce { root, op } => {
+                check_root("reduce root", root)?;
+                (OpKind::Reduce, Coll::Reduce { count: oc, root, op })
+            }
+            RawOp::AllToAll => {
+                if ic != oc || ic % n != 0 {
+                    return Err(Error::invalid(
+                        "all_to_all",
+                        format!("input ({ic}) and output ({oc}) must hold the same number of elements, a multiple of world_size ({n})"),
+                    ));
+                }
+                (OpKind::AllToAll, Coll::AllToAll { per_rank: ic / n })
+            }
+            RawOp::Send { peer } => {
+                check_peer("send destination", peer)?;
+                (OpKind::Send, Coll::Send { count: ic, peer })
+            }
+            RawOp::Recv { peer } => {
+                check_peer("recv source", peer)?;
+                (OpKind::Recv, Coll::Recv { count: oc, peer })
+            }
+            RawOp::Barrier => (OpKind::Barrier, Coll::Barrier),
+            RawOp::MonitoredBarrier { timeout, wait_all } => {
+                let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
+                let task = Task::MonitoredBarrier { timeout, wait_all };
+                return Ok(Request { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY });
+            }
+        };
+        let esz = c.dtype.size();
+        check_buffers(op, &c, ic * esz, oc * esz)?;
+        let (input, output) = (RawBuf::new(c.input as *mut u8, ic * esz), RawBuf::new(c.output, oc * esz));
+        // In-place operations work on the output buffer; the others read the input.
+        let (count, io, io_ro, out) = match op {
+            OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll => (ic, input, true, output),
+            OpKind::Send => (ic, input, true, RawBuf::EMPTY),
+            OpKind::Barrier => (0, RawBuf::EMPTY, false, RawBuf::EMPTY),
+            _ => (oc, output, false, RawBuf::EMPTY),
+        };
+        let mut fp = fp(op, c.dtype, count);
+        match c.op {
+            RawOp::AllReduce { op } | RawOp::ReduceScatter { op } => fp = fp.with_reduce_op(op),
+            RawOp::Broadcast { root } => fp = fp.with_root(root),
+            RawOp::Reduce { root, op } => fp = fp.with_root(root).with_reduce_op(op),
+            RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
+            _ => {}
         }
-        Ok(())
+        Ok(Request { task: Task::Coll(task), fp, io, io_ro, out })
     }
 
-    fn check_peer(&self, what: &str, peer: Rank) -> Result<()> {
-        self.check_root(what, peer)?;
-        if peer == self.shared.rank {
-            return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
-        }
-        Ok(())
+    /// Runs a collective on raw buffers, for language bindings (the C ABI,
+    /// Python). In-place operations (all_reduce, broadcast, reduce, recv)
+    /// work on `output`; the others read `input` and write `output`.
+    ///
+    /// # Safety
+    /// `input` must be valid for reads of `input_count` elements and
+    /// `output` for reads and writes of `output_count` elements of `dtype`,
+    /// the two must not overlap, and nothing else may write them until the
+    /// call returns.
+    #[doc(hidden)]
+    pub unsafe fn call_raw(&self, call: Call) -> Result<()> {
+        self.sync(call)
     }
 
-    fn check_multiple(&self, what: &str, small: usize, big: usize, small_name: &str, big_name: &str) -> Result<()> {
-        let n = self.shared.world;
-        if small.checked_mul(n) != Some(big) {
-            return Err(Error::invalid(
-                what,
-                format!(
-                    "{big_name} holds {big} elements; it must hold world_size ({n}) x {small_name} ({small}) = {}",
-                    small * n
-                ),
-            ));
-        }
-        Ok(())
+    /// Like [`Communicator::call_raw`], in the background.
+    ///
+    /// # Safety
+    /// As for [`Communicator::call_raw`], until the returned [`Work`]
+    /// completes (the `Work` does not keep the buffers alive).
+    #[doc(hidden)]
+    pub unsafe fn submit_raw(&self, call: Call) -> Result<Work<()>> {
+        self.queue(call, ())
     }
 
     /// Reduces `buf` across all ranks, in place: every rank ends with the
     /// same result.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        let fp = fp(OpKind::AllReduce, T::DTYPE, buf.len()).with_reduce_op(op);
-        self.sync(Task::Coll(Coll::AllReduce { count: buf.len(), op }), fp, raw_mut(buf), false, RawBuf::EMPTY)
+        self.sync(Call::inplace(RawOp::AllReduce { op }, buf))
     }
 
     /// Background [`Communicator::all_reduce`]; the [`Work`] gives the buffer back.
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Result<Work<Vec<T>>> {
-        let fp = fp(OpKind::AllReduce, T::DTYPE, buf.len()).with_reduce_op(op);
-        let io = raw_mut(&mut buf);
-        self.queue(Task::Coll(Coll::AllReduce { count: buf.len(), op }), fp, io, false, RawBuf::EMPTY, buf)
+        let call = Call::inplace(RawOp::AllReduce { op }, &mut buf);
+        self.queue(call, buf)
     }
 
     /// Concatenates every rank's `input`, in rank order, into `output`
     /// (`world_size * input.len()` elements).
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        self.check_multiple("all_gather", input.len(), output.len(), "input", "output")?;
-        let fp = fp(OpKind::AllGather, T::DTYPE, input.len());
-        self.sync(Task::Coll(Coll::AllGather { per_rank: input.len() }), fp, raw(input), true, raw_mut(output))
+        self.sync(Call::outofplace(RawOp::AllGather, input, output))
     }
 
     /// Background [`Communicator::all_gather`]; gives `(input, output)` back.
     pub fn all_gather_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
-        self.check_multiple("all_gather", input.len(), output.len(), "input", "output")?;
-        let fp = fp(OpKind::AllGather, T::DTYPE, input.len());
-        let (i, o) = (raw(&input), raw_mut(&mut output));
-        self.queue(Task::Coll(Coll::AllGather { per_rank: input.len() }), fp, i, true, o, (input, output))
+        let call = Call::outofplace(RawOp::AllGather, &input, &mut output);
+        self.queue(call, (input, output))
     }
 
     /// Reduces `input` (`world_size * output.len()` elements) across ranks
     /// and leaves segment `rank` of the result in `output`.
     pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
-        self.check_multiple("reduce_scatter", output.len(), input.len(), "output", "input")?;
-        let fp = fp(OpKind::ReduceScatter, T::DTYPE, input.len()).with_reduce_op(op);
-        let task = Task::Coll(Coll::ReduceScatter { per_rank: output.len(), op });
-        self.sync(task, fp, raw(input), true, raw_mut(output))
+        self.sync(Call::outofplace(RawOp::ReduceScatter { op }, input, output))
     }
 
     /// Background [`Communicator::reduce_scatter`]; gives `(input, output)` back.
@@ -219,118 +353,77 @@ impl Communicator {
         mut output: Vec<T>,
         op: ReduceOp,
     ) -> Result<Work<(Vec<T>, Vec<T>)>> {
-        self.check_multiple("reduce_scatter", output.len(), input.len(), "output", "input")?;
-        let fp = fp(OpKind::ReduceScatter, T::DTYPE, input.len()).with_reduce_op(op);
-        let task = Task::Coll(Coll::ReduceScatter { per_rank: output.len(), op });
-        let (i, o) = (raw(&input), raw_mut(&mut output));
-        self.queue(task, fp, i, true, o, (input, output))
+        let call = Call::outofplace(RawOp::ReduceScatter { op }, &input, &mut output);
+        self.queue(call, (input, output))
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
-        self.check_root("broadcast root", root)?;
-        let fp = fp(OpKind::Broadcast, T::DTYPE, buf.len()).with_root(root);
-        self.sync(Task::Coll(Coll::Broadcast { count: buf.len(), root }), fp, raw_mut(buf), false, RawBuf::EMPTY)
+        self.sync(Call::inplace(RawOp::Broadcast { root }, buf))
     }
 
     /// Background [`Communicator::broadcast`].
     pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: Rank) -> Result<Work<Vec<T>>> {
-        self.check_root("broadcast root", root)?;
-        let fp = fp(OpKind::Broadcast, T::DTYPE, buf.len()).with_root(root);
-        let io = raw_mut(&mut buf);
-        self.queue(Task::Coll(Coll::Broadcast { count: buf.len(), root }), fp, io, false, RawBuf::EMPTY, buf)
+        let call = Call::inplace(RawOp::Broadcast { root }, &mut buf);
+        self.queue(call, buf)
     }
 
     /// Reduces `buf` across ranks into `root`'s `buf`; other ranks' buffers
     /// are left unchanged.
     pub fn reduce<T: Element>(&self, buf: &mut [T], root: Rank, op: ReduceOp) -> Result<()> {
-        self.check_root("reduce root", root)?;
-        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len()).with_root(root).with_reduce_op(op);
-        self.sync(Task::Coll(Coll::Reduce { count: buf.len(), root, op }), fp, raw_mut(buf), false, RawBuf::EMPTY)
+        self.sync(Call::inplace(RawOp::Reduce { root, op }, buf))
     }
 
     /// Background [`Communicator::reduce`].
     pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, root: Rank, op: ReduceOp) -> Result<Work<Vec<T>>> {
-        self.check_root("reduce root", root)?;
-        let fp = fp(OpKind::Reduce, T::DTYPE, buf.len()).with_root(root).with_reduce_op(op);
-        let io = raw_mut(&mut buf);
-        self.queue(Task::Coll(Coll::Reduce { count: buf.len(), root, op }), fp, io, false, RawBuf::EMPTY, buf)
+        let call = Call::inplace(RawOp::Reduce { root, op }, &mut buf);
+        self.queue(call, buf)
     }
 
     /// Sends segment `j` of `input` to rank `j` and receives rank `j`'s
     /// segment for us into segment `j` of `output` (both `world_size`
     /// equal segments).
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        let per = self.all_to_all_segment(input.len(), output.len())?;
-        let fp = fp(OpKind::AllToAll, T::DTYPE, input.len());
-        self.sync(Task::Coll(Coll::AllToAll { per_rank: per }), fp, raw(input), true, raw_mut(output))
+        self.sync(Call::outofplace(RawOp::AllToAll, input, output))
     }
 
     /// Background [`Communicator::all_to_all`]; gives `(input, output)` back.
     pub fn all_to_all_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
-        let per = self.all_to_all_segment(input.len(), output.len())?;
-        let fp = fp(OpKind::AllToAll, T::DTYPE, input.len());
-        let (i, o) = (raw(&input), raw_mut(&mut output));
-        self.queue(Task::Coll(Coll::AllToAll { per_rank: per }), fp, i, true, o, (input, output))
-    }
-
-    fn all_to_all_segment(&self, input: usize, output: usize) -> Result<usize> {
-        let n = self.shared.world;
-        if input != output || input % n != 0 {
-            return Err(Error::invalid(
-                "all_to_all",
-                format!("input ({input}) and output ({output}) must hold the same number of elements, a multiple of world_size ({n})"),
-            ));
-        }
-        Ok(input / n)
+        let call = Call::outofplace(RawOp::AllToAll, &input, &mut output);
+        self.queue(call, (input, output))
     }
 
     /// Sends `buf` to rank `dst`, which must call [`Communicator::recv`]
     /// with the same element count. Returns once the data is on its way.
     pub fn send<T: Element>(&self, buf: &[T], dst: Rank) -> Result<()> {
-        self.check_peer("send destination", dst)?;
-        let fp = fp(OpKind::Send, T::DTYPE, buf.len()).with_root(dst);
-        self.sync(Task::Coll(Coll::Send { count: buf.len(), peer: dst }), fp, raw(buf), true, RawBuf::EMPTY)
+        self.sync(Call::outofplace(RawOp::Send { peer: dst }, buf, &mut []))
     }
 
     /// Background [`Communicator::send`].
     pub fn send_async<T: Element>(&self, buf: Vec<T>, dst: Rank) -> Result<Work<Vec<T>>> {
-        self.check_peer("send destination", dst)?;
-        let fp = fp(OpKind::Send, T::DTYPE, buf.len()).with_root(dst);
-        let io = raw(&buf);
-        self.queue(Task::Coll(Coll::Send { count: buf.len(), peer: dst }), fp, io, true, RawBuf::EMPTY, buf)
+        let call = Call::outofplace(RawOp::Send { peer: dst }, &buf, &mut []);
+        self.queue(call, buf)
     }
 
     /// Receives `buf.len()` elements from rank `src`.
     pub fn recv<T: Element>(&self, buf: &mut [T], src: Rank) -> Result<()> {
-        self.check_peer("recv source", src)?;
-        let fp = fp(OpKind::Recv, T::DTYPE, buf.len()).with_root(src);
-        self.sync(Task::Coll(Coll::Recv { count: buf.len(), peer: src }), fp, raw_mut(buf), false, RawBuf::EMPTY)
+        self.sync(Call::inplace(RawOp::Recv { peer: src }, buf))
     }
 
     /// Background [`Communicator::recv`].
     pub fn recv_async<T: Element>(&self, mut buf: Vec<T>, src: Rank) -> Result<Work<Vec<T>>> {
-        self.check_peer("recv source", src)?;
-        let fp = fp(OpKind::Recv, T::DTYPE, buf.len()).with_root(src);
-        let io = raw_mut(&mut buf);
-        self.queue(Task::Coll(Coll::Recv { count: buf.len(), peer: src }), fp, io, false, RawBuf::EMPTY, buf)
+        let call = Call::inplace(RawOp::Recv { peer: src }, &mut buf);
+        self.queue(call, buf)
     }
 
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
-        self.sync(Task::Coll(Coll::Barrier), fp(OpKind::Barrier, DType::U8, 0), RawBuf::EMPTY, false, RawBuf::EMPTY)
+        self.sync(Call::inplace::<u8>(RawOp::Barrier, &mut []))
     }
 
     /// Background [`Communicator::barrier`].
     pub fn barrier_async(&self) -> Result<Work<()>> {
-        self.queue(
-            Task::Coll(Coll::Barrier),
-            fp(OpKind::Barrier, DType::U8, 0),
-            RawBuf::EMPTY,
-            false,
-            RawBuf::EMPTY,
-            (),
-        )
+        self.queue(Call::inplace::<u8>(RawOp::Barrier, &mut []), ())
     }
 
     /// A barrier in which rank 0 waits at most `timeout` for the others and
@@ -339,8 +432,7 @@ impl Communicator {
     /// `wait_all_ranks`, else the first. The other ranks fail pointing at
     /// rank 0's report. The communicator stays usable afterwards.
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<()> {
-        let task = Task::MonitoredBarrier { timeout, wait_all: wait_all_ranks };
-        self.sync(task, fp(OpKind::MonitoredBarrier, DType::U8, 0), RawBuf::EMPTY, false, RawBuf::EMPTY)
+        self.sync(Call::inplace::<u8>(RawOp::MonitoredBarrier { timeout, wait_all: wait_all_ranks }, &mut []))
     }
 
     /// The flight recorder: the last `RINGLEADER_FR_SIZE` operations, oldest first.
@@ -429,6 +521,26 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Null pointers with a non-zero count, and overlapping buffers of an
+/// out-of-place operation, are refused before anything runs.
+fn check_buffers(op: OpKind, c: &Call, in_bytes: usize, out_bytes: usize) -> Result<()> {
+    let reads_input = matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Send);
+    let writes_output = !matches!(op, OpKind::Send | OpKind::Barrier);
+    if reads_input && in_bytes > 0 && c.input.is_null() {
+        return Err(Error::invalid(format!("{op} input"), "null pointer with a non-zero count"));
+    }
+    if writes_output && out_bytes > 0 && c.output.is_null() {
+        return Err(Error::invalid(format!("{op} output"), "null pointer with a non-zero count"));
+    }
+    if reads_input && writes_output && in_bytes > 0 && out_bytes > 0 {
+        let (i, o) = (c.input as usize, c.output as usize);
+        if i < o + out_bytes && o < i + in_bytes {
+            return Err(Error::invalid(op.name(), "input and output overlap; pass separate buffers"));
+        }
+    }
+    Ok(())
 }
 
 fn fp(op: OpKind, dtype: DType, count: usize) -> Fingerprint {

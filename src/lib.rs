@@ -34,7 +34,7 @@ mod monitored;
 mod rendezvous;
 mod work;
 
-pub use comm::Communicator;
+pub use comm::{Call, Communicator, RawOp};
 pub use half::{bf16, f16};
 pub use ringleader_core::{
     Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,

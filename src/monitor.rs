@@ -67,6 +67,9 @@ struct Watch {
 
 struct Monitor {
     shared: Arc<Shared>,
+    /// Raised by SIGUSR1: write a dump.
+    sigusr1: Arc<std::sync::atomic::AtomicBool>,
+    sigusr1_id: Option<signal_hook::SigId>,
     store: Option<StoreClient>,
     stop: Arc<Stop>,
     generation: Option<u64>,
@@ -82,8 +85,12 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, stop: Arc<Stop>) ->
     std::thread::Builder::new()
         .name(format!("ringleader-monitor-{}", shared.rank))
         .spawn(move || {
+            let sigusr1 = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let sigusr1_id = signal_hook::flag::register(signal_hook::consts::SIGUSR1, sigusr1.clone()).ok();
             Monitor {
                 shared,
+                sigusr1,
+                sigusr1_id,
                 store: Some(store),
                 stop,
                 generation: None,
@@ -108,6 +115,14 @@ impl Monitor {
                 break;
             }
             self.watchdog();
+            if self.sigusr1.swap(false, Ordering::AcqRel) {
+                if let Some(p) = self.shared.write_dump(None, None) {
+                    log::warn(self.shared.rank, &format!("wrote the flight recorder dump {} on SIGUSR1", p.display()));
+                }
+            }
+        }
+        if let Some(id) = self.sigusr1_id.take() {
+            signal_hook::low_level::unregister(id);
         }
         if let Some(mut store) = self.store.take() {
             // Last words: the final progress, then a clean goodbye, so the

@@ -118,6 +118,21 @@ fn busy(c: &Communicator) -> ringleader::Result<()> {
     Ok(())
 }
 
+/// Runs a few collectives, then waits to be told (by a marker) to finish.
+fn dumps(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32; 8];
+    for _ in 0..3 {
+        c.all_reduce(&mut t, ReduceOp::Sum)?;
+    }
+    mark(&format!("ready{}", c.rank()));
+    let dir = std::env::var("RL_MARK_DIR").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::path::Path::new(&dir).join("finish").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.barrier()
+}
+
 fn straggler(c: &Communicator) -> ringleader::Result<()> {
     let mut t = [1.0f32; 8];
     for _ in 0..3 {
@@ -140,6 +155,7 @@ fn worker() {
         "monitored" => guarded(monitored),
         "busy" => guarded(busy),
         "straggler" => guarded(straggler),
+        "dumps" => guarded(dumps),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -307,4 +323,35 @@ fn a_slow_rank_gets_straggler_warnings_never_an_error() {
     let warned = &outs[0].stderr;
     assert!(warned.contains("[straggler]") && warned.contains("rank 1 has not entered it"), "{warned}");
     assert!(!warned.contains("error"), "{warned}");
+}
+
+#[test]
+fn sigusr1_writes_a_dump_on_demand() {
+    let marks = mark_dir();
+    let dumps = mark_dir();
+    let spec = JobSpec::new(2, "dumps")
+        .env("RL_MARK_DIR", marks.to_str().unwrap())
+        .env("RINGLEADER_DUMP_DIR", dumps.to_str().unwrap())
+        .limit(40);
+    let job = start(&spec);
+    wait_mark(&marks, "ready1", 20);
+    signal(job.pid(1), 10); // SIGUSR1
+    let file = dumps.join("ringleader-rank1.json");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(marks.join("finish"), b"").unwrap();
+    let outs = job.finish();
+    assert_all_ok(&outs);
+    let dump: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("dump written")).unwrap();
+    assert_eq!(dump["rank"], 1);
+    assert_eq!(dump["version"], "ringleader-dump-1");
+    let entries = dump["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[2]["collective_seq_id"], 3);
+    assert_eq!(entries[2]["profiling_name"], "ringleader:all_reduce");
+    assert_eq!(entries[2]["state"], "completed");
+    assert_eq!(entries[2]["input_dtypes"][0], "Float");
+    assert!(!dumps.join("ringleader-rank0.json").exists(), "only the signalled rank dumps");
 }
