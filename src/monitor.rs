@@ -69,7 +69,9 @@ struct Monitor {
     shared: Arc<Shared>,
     /// Raised by SIGUSR1: write a dump.
     sigusr1: Arc<std::sync::atomic::AtomicBool>,
-    sigusr1_id: Option<signal_hook::SigId>,
+    /// Raised by SIGINT when `interrupt_on_sigint` is on.
+    sigint: Arc<std::sync::atomic::AtomicBool>,
+    signal_ids: Vec<signal_hook::SigId>,
     store: Option<StoreClient>,
     stop: Arc<Stop>,
     generation: Option<u64>,
@@ -86,11 +88,19 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, stop: Arc<Stop>) ->
         .name(format!("ringleader-monitor-{}", shared.rank))
         .spawn(move || {
             let sigusr1 = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let sigusr1_id = signal_hook::flag::register(signal_hook::consts::SIGUSR1, sigusr1.clone()).ok();
+            let sigint = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mut signal_ids: Vec<_> =
+                signal_hook::flag::register(signal_hook::consts::SIGUSR1, sigusr1.clone()).into_iter().collect();
+            if shared.cfg.interrupt_on_sigint {
+                // Registered handlers run beside the process's own (Python's
+                // KeyboardInterrupt still happens), they do not replace it.
+                signal_ids.extend(signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone()));
+            }
             Monitor {
                 shared,
                 sigusr1,
-                sigusr1_id,
+                sigint,
+                signal_ids,
                 store: Some(store),
                 stop,
                 generation: None,
@@ -115,13 +125,14 @@ impl Monitor {
                 break;
             }
             self.watchdog();
+            self.interrupt();
             if self.sigusr1.swap(false, Ordering::AcqRel) {
                 if let Some(p) = self.shared.write_dump(None, None) {
                     log::warn(self.shared.rank, &format!("wrote the flight recorder dump {} on SIGUSR1", p.display()));
                 }
             }
         }
-        if let Some(id) = self.sigusr1_id.take() {
+        for id in self.signal_ids.drain(..) {
             signal_hook::low_level::unregister(id);
         }
         if let Some(mut store) = self.store.take() {
@@ -258,6 +269,19 @@ impl Monitor {
                     sh.store_addr
                 ),
             );
+        }
+    }
+
+    /// Ctrl-C while an operation runs aborts it (an idle rank ignores it:
+    /// the process's own handler decides).
+    fn interrupt(&mut self) {
+        if !self.sigint.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let sh = &self.shared;
+        if let Some((seq, fp)) = *sh.current.lock() {
+            sh.user_aborted.store(true, Ordering::Release);
+            sh.abort.abort(Error::aborted(format!("interrupted (SIGINT) in {}", Self::label(seq, fp))));
         }
     }
 

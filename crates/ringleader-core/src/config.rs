@@ -119,6 +119,10 @@ pub struct Config {
     pub advertised_version: String,
     /// Where the identity came from: `explicit`, `torchrun`, `slurm` or `openmpi`.
     pub source: &'static str,
+    /// Abort the running operation on SIGINT (after the process's own
+    /// handler ran), so Ctrl-C interrupts a blocked collective. Language
+    /// bindings whose runtime handles SIGINT itself (Python) turn this on.
+    pub interrupt_on_sigint: bool,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -151,6 +155,7 @@ impl Config {
             algo: None,
             advertised_version: VERSION.to_string(),
             source: "explicit",
+            interrupt_on_sigint: false,
         }
     }
 
