@@ -163,9 +163,9 @@ fn div_bytes_typed<T: Arith>(buf: &mut [u8], n: usize) {
     }
 }
 
-/// Half-precision types convert to f32 in blocks, combine, and round back
-/// once per element: the same result as element by element, but in loops
-/// the compiler vectorizes (per-element conversion is ten times slower).
+/// f16 converts to f32 in blocks (half's slice conversion uses F16C where
+/// the CPU has it), combines, and rounds back once per element: the same
+/// result as element by element, ten times faster.
 trait HalfConv: Pod {
     fn to_f32s(src: &[Self], dst: &mut [f32]);
     fn from_f32s(src: &[f32], dst: &mut [Self]);
@@ -182,21 +182,44 @@ impl HalfConv for f16 {
     }
 }
 
-impl HalfConv for bf16 {
-    fn to_f32s(src: &[Self], dst: &mut [f32]) {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = f32::from_bits((s.to_bits() as u32) << 16);
-        }
+#[inline(always)]
+fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits((x.to_bits() as u32) << 16)
+}
+
+/// Round to nearest even, keeping NaNs quiet; branch free, so loops over it
+/// vectorize (half's `from_f32` branches per element).
+#[inline(always)]
+fn f32_to_bf16(f: f32) -> bf16 {
+    let b = f.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    let quiet = ((b >> 16) as u16) | 0x40;
+    bf16::from_bits(if (b & 0x7fff_ffff) > 0x7f80_0000 { quiet } else { rounded })
+}
+
+/// `dst = (a or dst) op b` for bf16 in one fused loop per op.
+fn reduce_bf16(op: ReduceOp, dst: &mut [bf16], a: Option<&[bf16]>, b: &[bf16]) {
+    macro_rules! each {
+        ($f:expr) => {
+            match a {
+                None => {
+                    for (d, y) in dst.iter_mut().zip(b) {
+                        *d = f32_to_bf16($f(bf16_to_f32(*d), bf16_to_f32(*y)));
+                    }
+                }
+                Some(a) => {
+                    for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+                        *d = f32_to_bf16($f(bf16_to_f32(*x), bf16_to_f32(*y)));
+                    }
+                }
+            }
+        };
     }
-    fn from_f32s(src: &[f32], dst: &mut [Self]) {
-        // Round to nearest even, keeping NaNs quiet; branch free.
-        for (d, s) in dst.iter_mut().zip(src) {
-            let b = s.to_bits();
-            let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
-            let quiet = ((b >> 16) as u16) | 0x40;
-            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-            *d = bf16::from_bits(if nan { quiet } else { rounded });
-        }
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => each!(|x: f32, y: f32| x + y),
+        ReduceOp::Prod => each!(|x: f32, y: f32| x * y),
+        ReduceOp::Min => each!(|x: f32, y: f32| if y < x { y } else { x }),
+        ReduceOp::Max => each!(|x: f32, y: f32| if y > x { y } else { x }),
     }
 }
 
@@ -215,24 +238,24 @@ fn reduce_half<H: HalfConv>(op: ReduceOp, dst: &mut [H], a: Option<&[H]>, b: &[H
     }
 }
 
-fn half_bytes<H: HalfConv>(op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[u8]) -> bool {
-    let (Ok(d), Ok(y)) = (bytemuck::try_cast_slice_mut::<u8, H>(dst), bytemuck::try_cast_slice::<u8, H>(b)) else {
-        return false;
+/// Casts the operands of a half-type reduction; `None` when misaligned.
+#[allow(clippy::type_complexity)]
+fn cast_half<'a, H: Pod>(dst: &'a mut [u8], a: Option<&'a [u8]>, b: &'a [u8]) -> Option<(&'a mut [H], Option<&'a [H]>, &'a [H])> {
+    let d = bytemuck::try_cast_slice_mut::<u8, H>(dst).ok()?;
+    let y = bytemuck::try_cast_slice::<u8, H>(b).ok()?;
+    let x = match a {
+        None => None,
+        Some(a) => Some(bytemuck::try_cast_slice::<u8, H>(a).ok()?),
     };
-    match a.map(bytemuck::try_cast_slice::<u8, H>) {
-        None => reduce_half(op, d, None, y),
-        Some(Ok(x)) => reduce_half(op, d, Some(x), y),
-        Some(Err(_)) => return false,
-    }
-    true
+    Some((d, x, y))
 }
 
 /// The block path for f16/bf16; `false` when it does not apply (another
 /// dtype, or misaligned buffers, which take the generic path).
 fn try_half(dtype: DType, op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[u8]) -> bool {
     match dtype {
-        DType::F16 => half_bytes::<f16>(op, dst, a, b),
-        DType::BF16 => half_bytes::<bf16>(op, dst, a, b),
+        DType::F16 => cast_half::<f16>(dst, a, b).map(|(d, x, y)| reduce_half(op, d, x, y)).is_some(),
+        DType::BF16 => cast_half::<bf16>(dst, a, b).map(|(d, x, y)| reduce_bf16(op, d, x, y)).is_some(),
         _ => false,
     }
 }
