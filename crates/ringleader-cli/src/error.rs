@@ -33,10 +33,7 @@ pub(crate) enum CliError {
 impl CliError {
     /// Wraps an I/O error with what we were doing.
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> CliError {
-        CliError::Io {
-            context: context.into(),
-            source,
-        }
+        CliError::Io { context: context.into(), source }
     }
 
     /// The exit code that reports this error: 2 for a usage error (as clap

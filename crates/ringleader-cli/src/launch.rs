@@ -23,9 +23,9 @@
 //! learn it from `RINGLEADER_STORE_ADDR`.
 
 mod child;
-mod ending;
+pub(crate) mod ending;
 mod oom;
-mod output;
+pub(crate) mod output;
 mod plan;
 mod store_link;
 mod supervise;
@@ -97,17 +97,12 @@ pub(crate) struct LaunchArgs {
     pub(crate) run_id: Option<String>,
 
     /// The command each rank runs, and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
 }
 
 /// Parses a non-negative number of seconds, fractions allowed.
-fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
+pub(crate) fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..1e9).contains(&v) => Ok(Duration::from_secs_f64(v)),
         _ => Err(format!("{s:?} is not a number of seconds")),
@@ -139,16 +134,10 @@ fn launch(args: LaunchArgs) -> Result<i32> {
         })
         .map_err(|e| CliError::io("starting the signal thread", e))?;
 
-    let token = std::env::var("RINGLEADER_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+    let token = std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty());
     let (hosted, store_addr) = match &plan.store {
         StoreSide::Host { bind_host, port } => {
-            let hosted = store_link::host_store(
-                &join_host_port(bind_host, *port),
-                &plan.run_id,
-                token.clone(),
-            )?;
+            let hosted = store_link::host_store(&join_host_port(bind_host, *port), &plan.run_id, token.clone())?;
             let addr = join_host_port(&plan.master_addr, hosted.local_addr().port());
             (Some(hosted), addr)
         }
@@ -156,10 +145,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     };
     let master_port = match plan.master_port {
         MasterPort::Fixed(p) => p,
-        MasterPort::PickFree => free_port(
-            &plan.master_addr,
-            hosted.as_ref().map(|h| h.local_addr().port()),
-        )?,
+        MasterPort::PickFree => free_port(&plan.master_addr, hosted.as_ref().map(|h| h.local_addr().port()))?,
     };
 
     let oom = oom::OomWatch::start();
@@ -203,14 +189,10 @@ fn spawn_all(
 /// A port that is free on `host` now, other than `avoid` (our store's):
 /// bind port 0, read it, close. Another process could take it before
 /// torch's rank 0 binds it; the ephemeral range makes that unlikely.
-fn free_port(host: &str, avoid: Option<u16>) -> Result<u16> {
+pub(crate) fn free_port(host: &str, avoid: Option<u16>) -> Result<u16> {
     for _ in 0..8 {
-        let l = TcpListener::bind((host, 0))
-            .map_err(|e| CliError::io(format!("finding a free port on {host}"), e))?;
-        let port = l
-            .local_addr()
-            .map_err(|e| CliError::io("reading a bound port", e))?
-            .port();
+        let l = TcpListener::bind((host, 0)).map_err(|e| CliError::io(format!("finding a free port on {host}"), e))?;
+        let port = l.local_addr().map_err(|e| CliError::io("reading a bound port", e))?.port();
         if Some(port) != avoid {
             return Ok(port);
         }
@@ -222,17 +204,13 @@ fn free_port(host: &str, avoid: Option<u16>) -> Result<u16> {
 }
 
 /// 16 random hex digits (from /dev/urandom; pid and clock if unreadable).
-fn random_run_id() -> String {
+pub(crate) fn random_run_id() -> String {
     let mut b = [0u8; 8];
-    let random = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok();
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok();
     let n = if random {
         u64::from_le_bytes(b)
     } else {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)
     };
     format!("{n:016x}")

@@ -7,15 +7,21 @@
 //!   output line with the rank, and, when a rank fails, names it and how it
 //!   ended (exit code, signal, OOM kill) before tearing the others down.
 //! - [`store`]: a standalone store server.
+//! - [`status`]: a live view of a running job, read from its store.
+//! - [`analyze`]: the verdict on a failed job, from its ranks' dumps.
+//! - [`perf`]: an nccl-tests-style benchmark that starts its own ranks.
 //!
-//! `perf`, `doctor`, `analyze` and `status` (DESIGN.md §3) will be further
-//! modules beside these, each with its own clap `Args` struct and a `run`
-//! function that returns the process exit code. Shared plumbing lives in
-//! [`signals`] (SIGINT/SIGTERM delivered as channel messages) and [`error`].
+//! `doctor` (DESIGN.md §3) will be a further module beside these. Each has
+//! its own clap `Args` struct and a `run` function that returns the process
+//! exit code. Shared plumbing lives in [`signals`] (SIGINT/SIGTERM delivered
+//! as channel messages) and [`error`].
 
+mod analyze;
 mod error;
 mod launch;
+mod perf;
 mod signals;
+mod status;
 mod store;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +42,15 @@ enum Command {
     Launch(launch::LaunchArgs),
     /// Run a standalone ringleader store server until SIGINT or SIGTERM.
     Store(store::StoreArgs),
+    /// Show a running job, rank by rank: the collective each is in, for how
+    /// long, whom it waits for, and the last one it completed.
+    Status(status::StatusArgs),
+    /// Read the ranks' flight-recorder dumps in DIR and print the verdict and
+    /// what each rank last did.
+    Analyze(analyze::AnalyzeArgs),
+    /// Benchmark a collective over N local ranks, nccl-tests style, checking
+    /// every result.
+    Perf(perf::PerfArgs),
 }
 
 fn main() {
@@ -43,6 +58,9 @@ fn main() {
     let code = match cli.command {
         Command::Launch(args) => launch::run(args),
         Command::Store(args) => store::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Analyze(args) => analyze::run(args),
+        Command::Perf(args) => perf::run(args),
     };
     std::process::exit(code);
 }

@@ -58,24 +58,19 @@ impl BlockedSignals {
 
     /// Starts a thread that takes the blocked signals one at a time and calls
     /// `on_signal` with each signal number, for as long as the process lives.
-    pub(crate) fn listen(
-        self,
-        mut on_signal: impl FnMut(i32) + Send + 'static,
-    ) -> io::Result<JoinHandle<()>> {
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || loop {
-                let mut sig: libc::c_int = 0;
-                // SAFETY: `self.set` is an initialized sigset_t and `sig` a valid
-                // out-pointer; both live for the duration of the call.
-                let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
-                if rc == 0 {
-                    on_signal(sig);
-                } else if rc != libc::EINTR {
-                    // Only EINVAL is documented, for an invalid set: not ours.
-                    return;
-                }
-            })
+    pub(crate) fn listen(self, mut on_signal: impl FnMut(i32) + Send + 'static) -> io::Result<JoinHandle<()>> {
+        std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `self.set` is an initialized sigset_t and `sig` a valid
+            // out-pointer; both live for the duration of the call.
+            let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
+            if rc == 0 {
+                on_signal(sig);
+            } else if rc != libc::EINTR {
+                // Only EINVAL is documented, for an invalid set: not ours.
+                return;
+            }
+        })
     }
 }
 

@@ -41,29 +41,26 @@ pub(crate) fn run(args: StoreArgs) -> i32 {
     }
 }
 
+/// The shared secret in the environment variable `var` (named by a
+/// `--token-env` option); an `invalid-argument` error when it is unset or empty.
+pub(crate) fn token_from_env(var: &str) -> Result<String> {
+    match std::env::var(var) {
+        Ok(t) if !t.is_empty() => Ok(t),
+        _ => {
+            Err(ringleader_core::Error::invalid("--token-env", format!("the variable {var} is not set or empty"))
+                .into())
+        }
+    }
+}
+
 fn serve(args: StoreArgs) -> Result<()> {
     // First, before any thread exists (see `signals`).
     let blocked = BlockedSignals::block(&[libc::SIGINT, libc::SIGTERM])
         .map_err(|e| CliError::io("blocking SIGINT and SIGTERM", e))?;
-    let token = match &args.token_env {
-        None => None,
-        Some(var) => match std::env::var(var) {
-            Ok(t) if !t.is_empty() => Some(t),
-            _ => {
-                return Err(ringleader_core::Error::invalid(
-                    "--token-env",
-                    format!("the variable {var} is not set or empty"),
-                )
-                .into())
-            }
-        },
-    };
+    let token = args.token_env.as_deref().map(token_from_env).transpose()?;
     let addr = join_host_port(&args.host, args.port);
     let server = crate::launch::host_store(&addr, &args.run_id, token)?;
-    println!(
-        "ringleader store listening on {}",
-        join_host_port(&args.host, server.local_addr().port())
-    );
+    println!("ringleader store listening on {}", join_host_port(&args.host, server.local_addr().port()));
 
     let (tx, rx) = mpsc::channel();
     blocked

@@ -53,12 +53,7 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
     };
     let stdout = collect(Box::new(child.stdout.take().unwrap()));
     let stderr = collect(Box::new(child.stderr.take().unwrap()));
-    Running {
-        child,
-        started: Instant::now(),
-        stdout,
-        stderr,
-    }
+    Running { child, started: Instant::now(), stdout, stderr }
 }
 
 impl Running {
@@ -117,11 +112,7 @@ impl Scratch {
     }
 
     fn read_pid(&self, name: &str) -> i32 {
-        std::fs::read_to_string(self.0.join(name))
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .trim()
-            .parse()
-            .unwrap()
+        std::fs::read_to_string(self.0.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).trim().parse().unwrap()
     }
 
     /// Waits (bounded) until every file in `names` exists.
@@ -180,18 +171,9 @@ fn two_ranks_prefixed_output_and_exit_0() {
     );
     assert_eq!(f.code, Some(0), "{f:#?}");
     for r in 0..2 {
-        assert!(
-            f.stdout.contains(&format!("[rank{r}]: out {r}\n")),
-            "{f:#?}"
-        );
-        assert!(
-            f.stdout.contains(&format!("[rank{r}]: no newline {r}\n")),
-            "{f:#?}"
-        );
-        assert!(
-            f.stderr.contains(&format!("[rank{r}]: err {r}\n")),
-            "{f:#?}"
-        );
+        assert!(f.stdout.contains(&format!("[rank{r}]: out {r}\n")), "{f:#?}");
+        assert!(f.stdout.contains(&format!("[rank{r}]: no newline {r}\n")), "{f:#?}");
+        assert!(f.stderr.contains(&format!("[rank{r}]: err {r}\n")), "{f:#?}");
     }
     assert_eq!(f.stdout.lines().count(), 4, "{f:#?}");
 }
@@ -210,10 +192,7 @@ fn lines_stay_whole_under_concurrent_writers() {
             .or_else(|| line.strip_prefix("[rank1]: "))
             .or_else(|| line.strip_prefix("[rank2]: "))
             .unwrap_or_else(|| panic!("bad prefix: {line:?}"));
-        assert!(
-            rest.starts_with("line ") && rest.ends_with("xxxx"),
-            "{line:?}"
-        );
+        assert!(rest.starts_with("line ") && rest.ends_with("xxxx"), "{line:?}");
         assert_eq!(rest.matches("line").count(), 1, "{line:?}");
     }
 }
@@ -238,10 +217,7 @@ fn env_of(stdout: &str, rank: usize) -> std::collections::HashMap<String, String
 
 #[test]
 fn single_node_environment() {
-    let f = launch(
-        &["--nproc-per-node", "2", "--", "sh", "-c", ENV_SCRIPT],
-        LIMIT,
-    );
+    let f = launch(&["--nproc-per-node", "2", "--", "sh", "-c", ENV_SCRIPT], LIMIT);
     assert_eq!(f.code, Some(0), "{f:#?}");
     let (e0, e1) = (env_of(&f.stdout, 0), env_of(&f.stdout, 1));
     for (r, e) in [(0, &e0), (1, &e1)] {
@@ -267,11 +243,7 @@ fn single_node_environment() {
     assert_ne!(store_port.parse::<u16>().unwrap(), master_port);
     assert_ne!(master_port, 0);
     // Ranks start with no signal blocked (the launcher blocks SIGINT/SIGTERM).
-    assert_eq!(
-        f.stdout.matches("SigBlk:\t0000000000000000").count(),
-        2,
-        "{f:#?}"
-    );
+    assert_eq!(f.stdout.matches("SigBlk:\t0000000000000000").count(), 2, "{f:#?}");
 }
 
 #[test]
@@ -304,10 +276,7 @@ fn second_node_environment_and_inherited_settings() {
         assert_eq!(e["MP"], "23456");
         assert_eq!(e["SA"], "127.0.0.1:23457", "store on MASTER_PORT + 1");
         assert_eq!(e["OMP"], "7", "an inherited OMP_NUM_THREADS is kept");
-        assert!(
-            e["RID"].starts_with("rl-"),
-            "derived from the master address"
-        );
+        assert!(e["RID"].starts_with("rl-"), "derived from the master address");
     }
     let other = start(&args, &[]).finish(LIMIT);
     assert_eq!(
@@ -327,70 +296,32 @@ fn failing_rank_tears_down_the_others() {
          fi; \
          sleep 60 & echo $! > {d}/bg; echo $$ > {d}/pid; touch {d}/ready; wait"
     );
-    let f = launch(
-        &[
-            "--nproc-per-node",
-            "2",
-            "--grace",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        LIMIT,
-    );
+    let f = launch(&["--nproc-per-node", "2", "--grace", "1", "--", "sh", "-c", &script], LIMIT);
     assert_eq!(f.code, Some(3), "{f:#?}");
     assert!(f.elapsed < Duration::from_secs(5), "{f:#?}");
-    assert!(
-        f.stderr.contains("rank 1 (pid ") && f.stderr.contains("exited with code 3"),
-        "{f:#?}"
-    );
+    assert!(f.stderr.contains("rank 1 (pid ") && f.stderr.contains("exited with code 3"), "{f:#?}");
     assert!(f.stdout.contains("[rank1]: bye"), "{f:#?}");
     assert!(f.stderr.contains("SIGTERM"), "{f:#?}");
     let (pid, bg) = (dir.read_pid("pid"), dir.read_pid("bg"));
     assert!(gone_soon(pid), "rank 0 (pid {pid}) survived the teardown");
-    assert!(
-        gone_soon(bg),
-        "rank 0's child (pid {bg}) survived the teardown"
-    );
+    assert!(gone_soon(bg), "rank 0's child (pid {bg}) survived the teardown");
 }
 
 #[test]
 fn rank_killed_by_sigkill() {
-    let f = launch(
-        &[
-            "--nproc-per-node",
-            "2",
-            "--",
-            "sh",
-            "-c",
-            "if [ $RANK = 1 ]; then kill -9 $$; fi; exit 0",
-        ],
-        LIMIT,
-    );
+    let f =
+        launch(&["--nproc-per-node", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then kill -9 $$; fi; exit 0"], LIMIT);
     assert_eq!(f.code, Some(137), "{f:#?}");
-    let line = f
-        .stderr
-        .lines()
-        .find(|l| l.contains("rank 1 (pid "))
-        .unwrap_or_else(|| panic!("{f:#?}"));
-    assert!(
-        line.contains("killed by signal 9 (SIGKILL"),
-        "{line:?} in {f:#?}"
-    );
+    let line = f.stderr.lines().find(|l| l.contains("rank 1 (pid ")).unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(line.contains("killed by signal 9 (SIGKILL"), "{line:?} in {f:#?}");
 }
 
 #[test]
 fn sigint_to_the_launcher_tears_down_the_ranks() {
     let dir = Scratch::new("sigint");
     let d = dir.path();
-    let script =
-        format!("echo $$ > {d}/pid$RANK.tmp; mv {d}/pid$RANK.tmp {d}/pid$RANK; exec sleep 60");
-    let run = start(
-        &["launch", "--nproc-per-node", "2", "--", "sh", "-c", &script],
-        &[],
-    );
+    let script = format!("echo $$ > {d}/pid$RANK.tmp; mv {d}/pid$RANK.tmp {d}/pid$RANK; exec sleep 60");
+    let run = start(&["launch", "--nproc-per-node", "2", "--", "sh", "-c", &script], &[]);
     dir.wait_for(&["pid0", "pid1"], LIMIT);
     let pids = [dir.read_pid("pid0"), dir.read_pid("pid1")];
     run.signal(libc::SIGINT);
@@ -407,20 +338,7 @@ fn second_sigint_kills_at_once() {
     let dir = Scratch::new("sigint2");
     let d = dir.path();
     let script = format!("trap '' INT TERM; touch {d}/ready$RANK; sleep 60");
-    let run = start(
-        &[
-            "launch",
-            "--nproc-per-node",
-            "2",
-            "--grace",
-            "30",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        &[],
-    );
+    let run = start(&["launch", "--nproc-per-node", "2", "--grace", "30", "--", "sh", "-c", &script], &[]);
     dir.wait_for(&["ready0", "ready1"], LIMIT);
     run.signal(libc::SIGINT);
     std::thread::sleep(Duration::from_millis(200));
@@ -442,49 +360,23 @@ fn rank_ignoring_sigterm_gets_sigkill() {
          fi; \
          trap '' TERM; echo $$ > {d}/pid; touch {d}/ready; sleep 60"
     );
-    let f = launch(
-        &[
-            "--nproc-per-node",
-            "2",
-            "--grace",
-            "0.5",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        LIMIT,
-    );
+    let f = launch(&["--nproc-per-node", "2", "--grace", "0.5", "--", "sh", "-c", &script], LIMIT);
     assert_eq!(f.code, Some(1), "{f:#?}");
     // 0.5 s grace, SIGTERM (ignored), SIGKILL 3 s later.
     assert!(f.elapsed >= Duration::from_millis(3400), "{f:#?}");
     assert!(f.elapsed < Duration::from_secs(8), "{f:#?}");
     assert!(f.stderr.contains("sending SIGKILL to rank 0"), "{f:#?}");
-    assert!(
-        f.stderr.contains("rank 0 (pid ") && f.stderr.contains("signal 9 (SIGKILL"),
-        "{f:#?}"
-    );
+    assert!(f.stderr.contains("rank 0 (pid ") && f.stderr.contains("signal 9 (SIGKILL"), "{f:#?}");
     assert!(gone_soon(dir.read_pid("pid")));
 }
 
 #[test]
 fn usage_errors() {
-    let f = launch(
-        &["--nproc-per-node", "2", "--nnodes", "2", "--", "true"],
-        LIMIT,
-    );
+    let f = launch(&["--nproc-per-node", "2", "--nnodes", "2", "--", "true"], LIMIT);
     assert_eq!(f.code, Some(2), "{f:#?}");
     assert!(f.stderr.contains("--master-addr"), "{f:#?}");
 
-    let f = launch(
-        &[
-            "--nproc-per-node",
-            "1",
-            "--",
-            "/nonexistent/ringleader-test-cmd",
-        ],
-        LIMIT,
-    );
+    let f = launch(&["--nproc-per-node", "1", "--", "/nonexistent/ringleader-test-cmd"], LIMIT);
     assert_eq!(f.code, Some(127), "{f:#?}");
     assert!(f.stderr.contains("cannot start"), "{f:#?}");
 }
@@ -501,10 +393,9 @@ impl SmallCgroup {
         let name = format!("{name}-{}", std::process::id());
         let v1 = PathBuf::from("/sys/fs/cgroup/memory").join(&name);
         let v2 = PathBuf::from("/sys/fs/cgroup").join(&name);
-        for (dir, limit, swap) in [
-            (v1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
-            (v2, "memory.max", "memory.swap.max"),
-        ] {
+        for (dir, limit, swap) in
+            [(v1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"), (v2, "memory.max", "memory.swap.max")]
+        {
             if std::fs::create_dir(&dir).is_err() {
                 continue;
             }
@@ -544,19 +435,11 @@ fn oom_kill_is_named() {
         return;
     }
     assert_eq!(f.code, Some(137), "{f:#?}");
-    let line = f
-        .stderr
-        .lines()
-        .find(|l| l.contains("rank 1 (pid "))
-        .unwrap_or_else(|| panic!("{f:#?}"));
+    let line = f.stderr.lines().find(|l| l.contains("rank 1 (pid ")).unwrap_or_else(|| panic!("{f:#?}"));
     assert!(line.contains("SIGKILL, OOM killer: "), "{line:?}");
 }
 
-fn store_client(
-    addr: &str,
-    run_id: &str,
-    token: Option<&str>,
-) -> ringleader_core::Result<StoreClient> {
+fn store_client(addr: &str, run_id: &str, token: Option<&str>) -> ringleader_core::Result<StoreClient> {
     let mut opts = ClientOptions::new(run_id);
     opts.token = token.map(str::to_string);
     opts.connect_timeout = Duration::from_secs(5);
@@ -573,10 +456,7 @@ fn node_0_hosts_the_store_for_its_ranks() {
          mv {d}/store.tmp {d}/store; \
          while [ ! -f {d}/checked ]; do sleep 0.01; done"
     );
-    let run = start(
-        &["launch", "--nproc-per-node", "1", "--", "sh", "-c", &script],
-        &[],
-    );
+    let run = start(&["launch", "--nproc-per-node", "1", "--", "sh", "-c", &script], &[]);
     dir.wait_for(&["store"], LIMIT);
     let line = std::fs::read_to_string(dir.0.join("store")).unwrap();
     let (addr, run_id) = line.trim().split_once(' ').unwrap();
@@ -596,12 +476,7 @@ fn endings_are_recorded_in_the_store() {
     // This test plays node 0 (hosting the store); the launcher is node 1.
     let server = StoreServer::bind("127.0.0.1:0", ServerOptions::new("rec-test")).unwrap();
     let store_port = server.local_addr().port().to_string();
-    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let master_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let f = launch(
         &[
             "--nproc-per-node",
@@ -629,9 +504,7 @@ fn endings_are_recorded_in_the_store() {
     assert!(!f.stderr.contains("warning"), "{f:#?}");
     let addr = format!("127.0.0.1:{store_port}");
     let mut c = store_client(&addr, "rec-test", None).unwrap();
-    let get = |c: &mut StoreClient, k: &str| {
-        String::from_utf8(c.get(k, Duration::from_secs(2)).unwrap()).unwrap()
-    };
+    let get = |c: &mut StoreClient, k: &str| String::from_utf8(c.get(k, Duration::from_secs(2)).unwrap()).unwrap();
     assert_eq!(get(&mut c, "rl/exit/2"), "exited with code 3");
     assert_eq!(get(&mut c, "rl/exit/3"), "killed by signal 9 (SIGKILL)");
     server.shutdown();
@@ -640,15 +513,7 @@ fn endings_are_recorded_in_the_store() {
 #[test]
 fn standalone_store_serves_until_sigterm() {
     let mut child = Command::new(BIN)
-        .args([
-            "store",
-            "--port",
-            "0",
-            "--host",
-            "127.0.0.1",
-            "--token-env",
-            "RL_TEST_TOKEN",
-        ])
+        .args(["store", "--port", "0", "--host", "127.0.0.1", "--token-env", "RL_TEST_TOKEN"])
         .env("RL_TEST_TOKEN", "s3cret")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -676,10 +541,7 @@ fn standalone_store_serves_until_sigterm() {
     };
     let line = rx.recv_timeout(LIMIT);
     let checked = line.as_ref().ok().and_then(|l| {
-        let addr = l
-            .trim()
-            .strip_prefix("ringleader store listening on ")?
-            .to_string();
+        let addr = l.trim().strip_prefix("ringleader store listening on ")?.to_string();
         let refused = store_client(&addr, "any-run", None).is_err();
         let mut c = store_client(&addr, "any-run", Some("s3cret")).ok()?;
         c.set("k", b"v").ok()?;
@@ -687,10 +549,6 @@ fn standalone_store_serves_until_sigterm() {
     });
     run.signal(libc::SIGTERM);
     let f = run.finish(LIMIT);
-    assert_eq!(
-        checked,
-        Some((true, b"v".to_vec())),
-        "first line {line:?}, {f:#?}"
-    );
+    assert_eq!(checked, Some((true, b"v".to_vec())), "first line {line:?}, {f:#?}");
     assert_eq!(f.code, Some(0), "{f:#?}");
 }

@@ -59,9 +59,7 @@ pub(crate) fn spawn_rank(
     env: &[(&'static str, String)],
     events: &Sender<Event>,
 ) -> Result<RankProcess> {
-    let (program, args) = command
-        .split_first()
-        .expect("the plan has checked that a command is given");
+    let (program, args) = command.split_first().expect("the plan has checked that a command is given");
     let mut cmd = Command::new(program);
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -89,21 +87,15 @@ pub(crate) fn spawn_rank(
         });
     }
     let started_us = super::oom::monotonic_us();
-    let mut child = cmd.spawn().map_err(|source| CliError::Spawn {
-        program: program.to_string_lossy().into_owned(),
-        source,
-    })?;
+    let mut child =
+        cmd.spawn().map_err(|source| CliError::Spawn { program: program.to_string_lossy().into_owned(), source })?;
     let pid = Pid::from_child(&child);
 
     let prefix = format!("[rank{rank}]: ");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     for (name, sink, pipe) in [
-        (
-            "stdout",
-            Sink::Stdout,
-            Box::new(stdout) as Box<dyn io::Read + Send>,
-        ),
+        ("stdout", Sink::Stdout, Box::new(stdout) as Box<dyn io::Read + Send>),
         ("stderr", Sink::Stderr, Box::new(stderr)),
     ] {
         let (prefix, events) = (prefix.clone(), events.clone());
@@ -117,21 +109,13 @@ pub(crate) fn spawn_rank(
         let ending = wait_without_reaping(pid);
         let _ = events.send(Event::Ended { index, ending });
     })?;
-    Ok(RankProcess {
-        rank,
-        pid,
-        started_us,
-        child,
-    })
+    Ok(RankProcess { rank, pid, started_us, child })
 }
 
 /// Blocks until `pid` ends and returns how, leaving it a zombie.
 fn wait_without_reaping(pid: Pid) -> Ending {
     loop {
-        match rustix::process::waitid(
-            WaitId::Pid(pid),
-            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
-        ) {
+        match rustix::process::waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT) {
             Ok(Some(status)) => return Ending::from_waitid(&status),
             Ok(None) => {}
             Err(rustix::io::Errno::INTR) => {}
@@ -141,9 +125,5 @@ fn wait_without_reaping(pid: Pid) -> Ending {
 }
 
 fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(f)
-        .map(drop)
-        .map_err(|e| CliError::io("starting a thread", e))
+    std::thread::Builder::new().name(name).spawn(f).map(drop).map_err(|e| CliError::io("starting a thread", e))
 }

@@ -25,10 +25,7 @@ impl Ending {
         if let Some(code) = status.exit_status() {
             Ending::Code(code)
         } else if let Some(signal) = status.terminating_signal() {
-            Ending::Signal {
-                signal,
-                core_dumped: status.dumped(),
-            }
+            Ending::Signal { signal, core_dumped: status.dumped() }
         } else {
             Ending::Unknown(format!("unexpected wait status {status:?}"))
         }
@@ -66,10 +63,7 @@ impl Ending {
                 None => format!("exited with code {c}"),
             },
             Ending::Signal { signal, .. } => {
-                format!(
-                    "was killed by signal {signal} ({})",
-                    self.signal_detail(note)
-                )
+                format!("was killed by signal {signal} ({})", self.signal_detail(note))
             }
             Ending::Unknown(why) => format!("ended, but how is unknown ({why})"),
         }
@@ -91,11 +85,7 @@ impl Ending {
     }
 
     fn signal_detail(&self, note: Option<&str>) -> String {
-        let Ending::Signal {
-            signal,
-            core_dumped,
-        } = self
-        else {
+        let Ending::Signal { signal, core_dumped } = self else {
             return String::new();
         };
         let mut parts = vec![signal_name(*signal)];
@@ -119,24 +109,12 @@ mod tests {
         assert_eq!(code.exit_code(), 3);
         assert!(!code.is_success() && Ending::Code(0).is_success());
 
-        let kill = Ending::Signal {
-            signal: libc::SIGKILL,
-            core_dumped: false,
-        };
+        let kill = Ending::Signal { signal: libc::SIGKILL, core_dumped: false };
         assert_eq!(kill.describe(None), "was killed by signal 9 (SIGKILL)");
-        assert_eq!(
-            kill.store_text(Some("OOM killer")),
-            "killed by signal 9 (SIGKILL, OOM killer)"
-        );
+        assert_eq!(kill.store_text(Some("OOM killer")), "killed by signal 9 (SIGKILL, OOM killer)");
         assert_eq!(kill.exit_code(), 137);
 
-        let segv = Ending::Signal {
-            signal: libc::SIGSEGV,
-            core_dumped: true,
-        };
-        assert_eq!(
-            segv.describe(None),
-            "was killed by signal 11 (SIGSEGV, core dumped)"
-        );
+        let segv = Ending::Signal { signal: libc::SIGSEGV, core_dumped: true };
+        assert_eq!(segv.describe(None), "was killed by signal 11 (SIGSEGV, core dumped)");
     }
 }

@@ -60,10 +60,7 @@ impl OomWatch {
             if let Some(line) = find_kill_in_kernel_log(pid, since) {
                 return Some(line);
             }
-            return Some(format!(
-                "oom_kill in {} rose from {before} to {after}",
-                path.display()
-            ));
+            return Some(format!("oom_kill in {} rose from {before} to {after}", path.display()));
         }
         None
     }
@@ -90,9 +87,7 @@ fn counter_files(proc_self_cgroup: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for line in proc_self_cgroup.lines() {
         let mut fields = line.splitn(3, ':');
-        let (Some(_id), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
+        let (Some(_id), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else {
             continue;
         };
         let rel = path.trim_start_matches('/');
@@ -121,9 +116,7 @@ fn read_oom_kill(path: &Path) -> Option<u64> {
 fn parse_oom_kill(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let mut words = l.split_whitespace();
-        (words.next() == Some("oom_kill"))
-            .then(|| words.next()?.parse().ok())
-            .flatten()
+        (words.next() == Some("oom_kill")).then(|| words.next()?.parse().ok()).flatten()
     })
 }
 
@@ -155,10 +148,7 @@ fn find_kill_in_kernel_log(pid: u32, since_us: u64) -> Option<String> {
 /// Every record in the kernel's log buffer, read from `/dev/kmsg` without
 /// blocking: one `read` returns one record.
 fn read_kmsg() -> io::Result<Vec<Vec<u8>>> {
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/kmsg")?;
+    let mut f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg")?;
     let mut records = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -220,14 +210,9 @@ mod tests {
     #[test]
     fn cgroup_files() {
         let v2 = counter_files("0::/user.slice/job-1\n");
-        assert_eq!(
-            v2[0],
-            PathBuf::from("/sys/fs/cgroup/user.slice/job-1/memory.events")
-        );
+        assert_eq!(v2[0], PathBuf::from("/sys/fs/cgroup/user.slice/job-1/memory.events"));
         let v1 = counter_files("5:devices:/\n4:memory:/process_api/abc\n0::/\n");
-        assert!(v1.contains(&PathBuf::from(
-            "/sys/fs/cgroup/memory/process_api/abc/memory.oom_control"
-        )));
+        assert!(v1.contains(&PathBuf::from("/sys/fs/cgroup/memory/process_api/abc/memory.oom_control")));
         assert!(v1.contains(&PathBuf::from("/sys/fs/cgroup/memory.events")));
     }
 
@@ -243,8 +228,7 @@ mod tests {
         assert!(!names_killed_pid(&msg, 42421));
 
         let (ts, msg) =
-            parse_dmesg_line("[ 1234.500000] Memory cgroup out of memory: Killed process 7 (sh) x")
-                .unwrap();
+            parse_dmesg_line("[ 1234.500000] Memory cgroup out of memory: Killed process 7 (sh) x").unwrap();
         assert_eq!(ts, Some(1_234_500_000));
         assert!(names_killed_pid(&msg, 7));
         assert_eq!(parse_dmesg_line("plain").unwrap().0, None);

@@ -46,10 +46,7 @@ pub(crate) fn copy_lines(src: impl Read, prefix: &str, mut emit: impl FnMut(&[u8
     let mut out = Vec::with_capacity(256);
     loop {
         raw.clear();
-        match (&mut reader)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut raw)
-        {
+        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut raw) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -68,23 +65,13 @@ mod tests {
 
     fn lines(input: &[u8]) -> Vec<String> {
         let mut got = Vec::new();
-        copy_lines(input, "[rank3]: ", |l| {
-            got.push(String::from_utf8(l.to_vec()).unwrap())
-        });
+        copy_lines(input, "[rank3]: ", |l| got.push(String::from_utf8(l.to_vec()).unwrap()));
         got
     }
 
     #[test]
     fn prefixes_every_line_and_keeps_the_last_unterminated_one() {
-        assert_eq!(
-            lines(b"a\n\nb\nlast"),
-            [
-                "[rank3]: a\n",
-                "[rank3]: \n",
-                "[rank3]: b\n",
-                "[rank3]: last\n"
-            ]
-        );
+        assert_eq!(lines(b"a\n\nb\nlast"), ["[rank3]: a\n", "[rank3]: \n", "[rank3]: b\n", "[rank3]: last\n"]);
         assert!(lines(b"").is_empty());
     }
 

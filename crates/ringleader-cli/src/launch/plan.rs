@@ -64,10 +64,7 @@ pub(crate) struct Plan {
 impl Plan {
     /// Checks the arguments and fills in the defaults. `fresh_run_id` makes a
     /// random id (single node, none given).
-    pub(crate) fn resolve(
-        args: &LaunchArgs,
-        fresh_run_id: impl FnOnce() -> String,
-    ) -> Result<Plan, Error> {
+    pub(crate) fn resolve(args: &LaunchArgs, fresh_run_id: impl FnOnce() -> String) -> Result<Plan, Error> {
         let (nproc, nnodes, node_rank) = (args.nproc_per_node, args.nnodes, args.node_rank);
         if nproc == 0 {
             return Err(Error::invalid("--nproc-per-node", "must be at least 1"));
@@ -109,11 +106,7 @@ impl Plan {
         let store_port = resolve_store_port(args.store_port, master_port, multi)?;
         let store = if node_rank == 0 {
             StoreSide::Host {
-                bind_host: if multi {
-                    wildcard_for(&master_addr).to_string()
-                } else {
-                    master_addr.clone()
-                },
+                bind_host: if multi { wildcard_for(&master_addr).to_string() } else { master_addr.clone() },
                 port: store_port,
             }
         } else {
@@ -202,12 +195,9 @@ fn resolve_store_port(given: Option<u16>, master: MasterPort, multi: bool) -> Re
             ))
         }
         (Some(p), _, _) => p,
-        (None, MasterPort::Fixed(m), true) => m.checked_add(1).ok_or_else(|| {
-            Error::invalid(
-                "--store-port",
-                "is needed: the default, MASTER_PORT + 1, is past 65535",
-            )
-        })?,
+        (None, MasterPort::Fixed(m), true) => m
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("--store-port", "is needed: the default, MASTER_PORT + 1, is past 65535"))?,
         (None, _, _) => 0,
     };
     if let MasterPort::Fixed(m) = master {
@@ -226,11 +216,7 @@ fn resolve_store_port(given: Option<u16>, master: MasterPort, multi: bool) -> Re
 
 /// The address that binds every interface of the family of `addr`.
 fn wildcard_for(addr: &str) -> &'static str {
-    if addr
-        .trim_matches(['[', ']'])
-        .parse::<std::net::Ipv6Addr>()
-        .is_ok()
-    {
+    if addr.trim_matches(['[', ']']).parse::<std::net::Ipv6Addr>().is_ok() {
         "::"
     } else {
         "0.0.0.0"
@@ -275,13 +261,7 @@ mod tests {
         let p = resolve(&args(2, 1, 0)).unwrap();
         assert_eq!(p.master_addr, "127.0.0.1");
         assert_eq!(p.master_port, MasterPort::PickFree);
-        assert_eq!(
-            p.store,
-            StoreSide::Host {
-                bind_host: "127.0.0.1".into(),
-                port: 0
-            }
-        );
+        assert_eq!(p.store, StoreSide::Host { bind_host: "127.0.0.1".into(), port: 0 });
         assert_eq!(p.run_id, "fresh");
         assert_eq!(p.world_size(), 2);
     }
@@ -289,10 +269,7 @@ mod tests {
     #[test]
     fn multi_node_defaults() {
         let mut a = args(4, 2, 1);
-        assert!(resolve(&a)
-            .unwrap_err()
-            .to_string()
-            .contains("--master-addr"));
+        assert!(resolve(&a).unwrap_err().to_string().contains("--master-addr"));
         a.master_addr = Some("node-a".into());
         let p = resolve(&a).unwrap();
         assert_eq!(p.master_port, MasterPort::Fixed(29500));
@@ -302,13 +279,7 @@ mod tests {
         a.node_rank = 0;
         let p0 = resolve(&a).unwrap();
         assert_eq!(p0.run_id, p.run_id, "every node derives the same run id");
-        assert_eq!(
-            p0.store,
-            StoreSide::Host {
-                bind_host: "0.0.0.0".into(),
-                port: 29501
-            }
-        );
+        assert_eq!(p0.store, StoreSide::Host { bind_host: "0.0.0.0".into(), port: 29501 });
     }
 
     #[test]
@@ -317,20 +288,14 @@ mod tests {
         a.master_port = Some(1234);
         a.store_port = Some(1234);
         let e = resolve(&a).unwrap_err().to_string();
-        assert!(
-            e.contains("--store-port") && e.contains("MASTER_PORT"),
-            "{e}"
-        );
+        assert!(e.contains("--store-port") && e.contains("MASTER_PORT"), "{e}");
         let mut a = args(1, 2, 0);
         a.master_addr = Some("h".into());
         a.store_port = Some(0);
         assert!(resolve(&a).is_err());
         a.store_port = None;
         a.master_port = Some(65535);
-        assert!(resolve(&a)
-            .unwrap_err()
-            .to_string()
-            .contains("--store-port"));
+        assert!(resolve(&a).unwrap_err().to_string().contains("--store-port"));
     }
 
     #[test]

@@ -48,12 +48,7 @@ impl ExitRecorder {
         if let Err(e) = spawned {
             eprintln!("ringleader launch: warning: endings will not be recorded in the store: {e}");
         }
-        ExitRecorder {
-            tx,
-            handled,
-            queued: Cell::new(0),
-            addr,
-        }
+        ExitRecorder { tx, handled, queued: Cell::new(0), addr }
     }
 
     /// Queues `text` (how `rank` ended) for the store.
@@ -85,13 +80,7 @@ impl ExitRecorder {
 /// The recorder thread: connects at once (so that recording a failure later
 /// is one round trip), then writes each ending it is sent, reconnecting once
 /// if the connection broke in the meantime.
-fn record_all(
-    addr: &str,
-    run_id: &str,
-    token: Option<String>,
-    rx: Receiver<(usize, String)>,
-    handled: Sender<()>,
-) {
+fn record_all(addr: &str, run_id: &str, token: Option<String>, rx: Receiver<(usize, String)>, handled: Sender<()>) {
     let mut client = connect(addr, run_id, token.clone()).ok();
     for (rank, text) in rx {
         let key = exit_key(rank);

@@ -119,13 +119,8 @@ impl Supervisor {
     pub(crate) fn run(mut self) -> (i32, ExitRecorder) {
         while self.ended.iter().any(Option::is_none) {
             let event = match self.phase.deadline() {
-                None => self
-                    .events
-                    .recv()
-                    .map_err(|_| RecvTimeoutError::Disconnected),
-                Some(t) => self
-                    .events
-                    .recv_timeout(t.saturating_duration_since(Instant::now())),
+                None => self.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => self.events.recv_timeout(t.saturating_duration_since(Instant::now())),
             };
             match event {
                 Ok(Event::Ended { index, ending }) => self.on_ended(index, ending),
@@ -148,10 +143,7 @@ impl Supervisor {
         }
         self.drain_output();
         self.reap();
-        let code = self
-            .first_failure
-            .or(self.launcher_signal.map(|s| 128 + s))
-            .unwrap_or(0);
+        let code = self.first_failure.or(self.launcher_signal.map(|s| 128 + s)).unwrap_or(0);
         (code, self.recorder)
     }
 
@@ -175,10 +167,7 @@ impl Supervisor {
             (None, true) => Some("sent by the launcher".to_string()),
             (None, false) => None,
         };
-        let mut line = format!(
-            "ringleader launch: rank {rank} (pid {pid}) {}",
-            ending.describe(note.as_deref())
-        );
+        let mut line = format!("ringleader launch: rank {rank} (pid {pid}) {}", ending.describe(note.as_deref()));
         if let (Some(s), false) = (sent, by_launcher) {
             line += &format!(" after the launcher sent {}", signal_name(s));
         }
@@ -212,14 +201,9 @@ impl Supervisor {
         if self.first_failure.is_none() && self.launcher_signal.is_none() {
             self.launcher_signal = Some(sig);
         }
-        let impatient = self.signals_received > 1
-            || matches!(self.phase, Phase::Terminating(_) | Phase::Killing(_));
+        let impatient = self.signals_received > 1 || matches!(self.phase, Phase::Terminating(_) | Phase::Killing(_));
         if impatient {
-            let when = if self.signals_received > 1 {
-                "again"
-            } else {
-                "during the teardown"
-            };
+            let when = if self.signals_received > 1 { "again" } else { "during the teardown" };
             eprintln!(
                 "ringleader launch: got {} {when}; killing {}",
                 signal_name(sig),
@@ -264,10 +248,7 @@ impl Supervisor {
                 self.phase = Phase::Terminating(now + KILL_AFTER);
             }
             Phase::Terminating(_) => {
-                eprintln!(
-                    "ringleader launch: sending SIGKILL to {}",
-                    self.describe_ranks(&survivors)
-                );
+                eprintln!("ringleader launch: sending SIGKILL to {}", self.describe_ranks(&survivors));
                 self.signal_all(&survivors, libc::SIGKILL);
                 self.phase = Phase::Killing(now + GIVE_UP_AFTER);
             }
@@ -286,18 +267,13 @@ impl Supervisor {
 
     /// Indices of the ranks that have not ended.
     fn running(&self) -> Vec<usize> {
-        (0..self.ranks.len())
-            .filter(|&i| self.ended[i].is_none())
-            .collect()
+        (0..self.ranks.len()).filter(|&i| self.ended[i].is_none()).collect()
     }
 
     /// `rank 0 (pid 12)` or `ranks 0, 2 (pids 12, 14)`.
     fn describe_ranks(&self, indices: &[usize]) -> String {
         let ranks: Vec<_> = indices.iter().map(|&i| self.ranks[i].rank).collect();
-        let pids: Vec<_> = indices
-            .iter()
-            .map(|&i| self.ranks[i].pid_u32().to_string())
-            .collect();
+        let pids: Vec<_> = indices.iter().map(|&i| self.ranks[i].pid_u32().to_string()).collect();
         let label = if pids.len() == 1 { "pid" } else { "pids" };
         format!("{} ({label} {})", fmt_ranks(&ranks), pids.join(", "))
     }
@@ -317,10 +293,7 @@ impl Supervisor {
     fn drain_output(&mut self) {
         let until = Instant::now() + OUTPUT_DRAIN;
         while self.open_outputs > 0 {
-            match self
-                .events
-                .recv_timeout(until.saturating_duration_since(Instant::now()))
-            {
+            match self.events.recv_timeout(until.saturating_duration_since(Instant::now())) {
                 Ok(Event::OutputClosed) => self.open_outputs = self.open_outputs.saturating_sub(1),
                 Ok(_) => {}
                 Err(_) => {

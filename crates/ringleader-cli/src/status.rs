@@ -1,0 +1,333 @@
+//! `ringleader status --store HOST:PORT`: a live view of a running job
+//! (DESIGN.md §3), read from its store.
+//!
+//! It connects as a [`Role::Tool`] (which never counts as a member and may
+//! watch any run with the run id `*`) and prints, per rank, what the store
+//! knows: host, pid, whether its member connection is alive, the age of its
+//! last heartbeat, and what the heartbeat says it is doing (a
+//! [`Beat`]: the collective it is in, for how long, whom it awaits, the last
+//! one it completed). Then the job's abort record, the verdict and how
+//! ranks ended (`rl/exit/*`), when the store holds them.
+//!
+//! `--dump` bumps [`keys::DUMP_REQUEST`], which makes every rank write its
+//! flight-recorder dump; `--watch SECS` repeats the view until Ctrl-C,
+//! at once when the store reports an event (a rank joined, left, vanished,
+//! the job aborted), else every SECS.
+
+use crate::error::Result;
+use clap::Args;
+use ringleader_core::error::fmt_ranks;
+use ringleader_core::{Diagnosis, Rank};
+use ringleader_diag::Beat;
+use ringleader_store::{keys, ClientOptions, JobStatus, Liveness, RankStatus, Role, StoreClient};
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::time::Duration;
+
+/// How long to try reaching the store.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on each answer of the store (beyond a status long-poll's own wait).
+const OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Arguments of `ringleader status`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The store is ringleader's, not torch's: `ringleader launch` puts its address in \
+RINGLEADER_STORE_ADDR of every rank (it is not MASTER_PORT).
+
+Example: ringleader status --store node-a:29501 --watch 2")]
+pub(crate) struct StatusArgs {
+    /// Address of the job's ringleader store.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) store: String,
+
+    /// Run id of the job (`*`: whichever run the store serves).
+    #[arg(long, default_value = "*", value_name = "ID")]
+    pub(crate) run_id: String,
+
+    /// Name of an environment variable holding the store's shared secret
+    /// [default: RINGLEADER_TOKEN, when set].
+    #[arg(long, value_name = "VAR")]
+    pub(crate) token_env: Option<String>,
+
+    /// Print the view again every SECS (and at once on a job event) until
+    /// Ctrl-C.
+    #[arg(long, value_parser = crate::launch::parse_secs, value_name = "SECS")]
+    pub(crate) watch: Option<Duration>,
+
+    /// Ask every rank to write its flight-recorder dump (under its
+    /// RINGLEADER_DUMP_DIR), then show the view.
+    #[arg(long)]
+    pub(crate) dump: bool,
+}
+
+/// Runs `ringleader status`; returns the process exit code.
+pub(crate) fn run(args: StatusArgs) -> i32 {
+    match watch(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ringleader status: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn watch(args: &StatusArgs) -> Result<()> {
+    let token = match &args.token_env {
+        Some(var) => Some(crate::store::token_from_env(var)?),
+        None => std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty()),
+    };
+    let mut opts = ClientOptions::new(args.run_id.clone());
+    opts.role = Role::Tool;
+    opts.token = token;
+    opts.connect_timeout = CONNECT_TIMEOUT;
+    opts.op_timeout = OP_TIMEOUT;
+    let mut client = StoreClient::connect(&args.store, opts)?;
+
+    if args.dump {
+        let n = client.add(keys::DUMP_REQUEST, 1)?;
+        println!(
+            "requested a flight-recorder dump from every rank (request #{n}): each writes it \
+             under its RINGLEADER_DUMP_DIR; read them with `ringleader analyze DIR`\n"
+        );
+    }
+    let clear = args.watch.is_some() && std::io::stdout().is_terminal();
+    let mut seen = None;
+    loop {
+        let wait = if seen.is_some() { args.watch.unwrap_or_default() } else { Duration::ZERO };
+        let status = client.status(seen, wait)?;
+        let extra = Extras::read(&mut client)?;
+        let mut text = String::new();
+        if clear {
+            text += "\x1b[H\x1b[2J";
+        }
+        text += &render(&args.store, &status, &extra);
+        if let Some(every) = args.watch {
+            let _ = writeln!(text, "(every {:.1} s and on each job event; Ctrl-C to stop)\n", every.as_secs_f64());
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+        drop(out);
+        if args.watch.is_none() {
+            return Ok(());
+        }
+        seen = Some(status.generation);
+    }
+}
+
+/// What the store holds beside the status: the verdict and exit records.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
+    /// The verdict the ranks agreed on (`rl/verdict`), raw.
+    pub(crate) verdict: Option<Vec<u8>>,
+    /// How ranks ended, by rank (`rl/exit/{rank}`).
+    pub(crate) exits: Vec<(Rank, String)>,
+}
+
+impl Extras {
+    fn read(client: &mut StoreClient) -> Result<Extras> {
+        let verdict = client.try_get(keys::VERDICT)?;
+        let mut exits = Vec::new();
+        for key in client.keys_with_prefix(keys::EXIT_PREFIX)? {
+            let Some(rank) = key.strip_prefix(keys::EXIT_PREFIX).and_then(|r| r.parse::<Rank>().ok()) else {
+                continue;
+            };
+            if let Some(v) = client.try_get(&key)? {
+                exits.push((rank, String::from_utf8_lossy(&v).into_owned()));
+            }
+        }
+        exits.sort();
+        Ok(Extras { verdict, exits })
+    }
+}
+
+/// The whole view, as printed.
+pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String {
+    let mut out = String::new();
+    let world = status.ranks.iter().filter_map(|r| r.world_size).max();
+    let connected = status.with(Liveness::Connected).len();
+    let _ = write!(
+        out,
+        "job at {store}: {} rank{} known, {connected} connected",
+        status.ranks.len(),
+        if status.ranks.len() == 1 { "" } else { "s" }
+    );
+    if let Some(w) = world {
+        let _ = write!(out, ", world size {w}");
+    }
+    out += "\n";
+    let mut rows = vec![vec![
+        "RANK".to_string(),
+        "HOST".into(),
+        "PID".into(),
+        "LIVENESS".into(),
+        "HEARTBEAT".into(),
+        "NOW".into(),
+        "LAST DONE".into(),
+    ]];
+    rows.extend(status.ranks.iter().map(rank_row));
+    out += &table(&rows);
+    if let Some(w) = world {
+        let absent: Vec<Rank> = (0..w).filter(|r| status.rank(*r).is_none()).collect();
+        if !absent.is_empty() {
+            let _ = writeln!(out, "{} never connected", fmt_ranks(&absent));
+        }
+    }
+    if let Some(abort) = &status.abort {
+        let _ = writeln!(out, "job aborted: {}", record_text(abort));
+    }
+    if let Some(v) = &extra.verdict {
+        let _ = writeln!(out, "verdict: {}", record_text(v));
+    }
+    for (rank, text) in &extra.exits {
+        let _ = writeln!(out, "rank {rank} {text}");
+    }
+    out
+}
+
+/// One rank's row.
+fn rank_row(r: &RankStatus) -> Vec<String> {
+    let liveness = match r.liveness {
+        Liveness::Connected => "connected".to_string(),
+        other => format!("{other} {:.1} s ago", r.since_change.as_secs_f64()),
+    };
+    let heartbeat = r.heartbeat_age.map_or("-".into(), |a| format!("{:.1} s ago", a.as_secs_f64()));
+    let beat = Beat::decode(&r.heartbeat);
+    let now = match (&beat, r.heartbeat_age) {
+        (_, None) => "-".to_string(),
+        (None, Some(_)) => "? (heartbeat not understood)".to_string(),
+        (Some(b), Some(age)) => doing(b, age, r.liveness == Liveness::Connected),
+    };
+    let last = match &beat {
+        Some(b) if b.last_completed > 0 => format!("#{}", b.last_completed),
+        Some(_) => "none".into(),
+        None => "-".into(),
+    };
+    vec![r.rank.to_string(), r.host.clone(), r.pid.to_string(), liveness, heartbeat, now, last]
+}
+
+/// What a heartbeat says the rank is doing: `all_reduce #7 (f32 x 4, sum)
+/// for 12.3 s, waiting for rank 1`. The time counts from the heartbeat's
+/// report to now (`age` later) while the rank is connected.
+fn doing(b: &Beat, age: Duration, connected: bool) -> String {
+    let Some(r) = &b.running else {
+        return "idle (outside any collective)".into();
+    };
+    let fp = r.fingerprint.to_string();
+    let args = fp.find('(').map_or(String::new(), |i| format!(" {}", &fp[i..]));
+    let label = if r.fingerprint.op.is_p2p() {
+        format!("{}{args}", r.fingerprint.op)
+    } else {
+        format!("{} #{}{args}", r.fingerprint.op, r.seq)
+    };
+    let mut ms = r.running_ms;
+    if connected {
+        ms += age.as_millis() as u64;
+    }
+    let mut s = format!("{}{label} for {:.1} s", if connected { "" } else { "last seen in " }, ms as f64 / 1000.0);
+    if !r.awaited_peers.is_empty() {
+        let _ = write!(s, ", waiting for {}", fmt_ranks(&r.awaited_peers));
+    }
+    s
+}
+
+/// A record the runtime wrote: a verdict as JSON (printed as its message),
+/// or text.
+fn record_text(raw: &[u8]) -> String {
+    match serde_json::from_slice::<Diagnosis>(raw) {
+        Ok(d) => d.to_string(),
+        Err(_) => String::from_utf8_lossy(raw).trim().to_string(),
+    }
+}
+
+/// Left-aligned columns two spaces apart (the last one unpadded).
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line += cell;
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            }
+        }
+        out += line.trim_end();
+        out += "\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringleader_core::{DType, Fingerprint, OpKind, ReduceOp};
+    use ringleader_diag::snapshot::Running;
+
+    fn rank(r: Rank, liveness: Liveness, beat: Option<&Beat>) -> RankStatus {
+        RankStatus {
+            rank: r,
+            liveness,
+            host: "node-a".into(),
+            pid: 100 + r as u32,
+            version: "0.1.0".into(),
+            world_size: Some(3),
+            since_change: Duration::from_millis(2500),
+            heartbeat_age: beat.map(|_| Duration::from_millis(400)),
+            heartbeat: beat.map_or(Vec::new(), Beat::encode),
+        }
+    }
+
+    #[test]
+    fn view_of_a_stuck_job() {
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 4).with_reduce_op(ReduceOp::Sum);
+        let stuck = Beat {
+            last_started: 3,
+            last_completed: 2,
+            running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+        };
+        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let status = JobStatus {
+            generation: 4,
+            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
+            abort: Some(b"rank 1 died".to_vec()),
+        };
+        let extra = Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())] };
+        let text = render("h:1", &status, &extra);
+        assert!(text.contains("2 ranks known, 1 connected, world size 3"), "{text}");
+        assert!(text.contains("all_reduce #3 (f32 x 4, sum) for 10.0 s, waiting for rank 1"), "{text}");
+        assert!(text.contains("vanished 2.5 s ago"), "{text}");
+        assert!(text.contains("idle (outside any collective)"), "{text}");
+        assert!(text.contains("rank 2 never connected"), "{text}");
+        assert!(text.contains("job aborted: rank 1 died"), "{text}");
+        assert!(text.contains("rank 1 killed by signal 9 (SIGKILL)"), "{text}");
+        let row0 = text.lines().find(|l| l.starts_with("0 ")).unwrap();
+        assert!(row0.ends_with("#2"), "{row0}");
+    }
+
+    #[test]
+    fn verdict_records_print_as_messages() {
+        let d = Diagnosis {
+            kind: ringleader_core::ErrorKind::PeerDied,
+            culprits: vec![1],
+            op: None,
+            seq: None,
+            headline: "rank 1 died".into(),
+            details: vec![],
+            hints: vec![],
+        };
+        let raw = serde_json::to_vec(&d).unwrap();
+        assert_eq!(record_text(&raw), "[peer-died] rank 1 died");
+        assert_eq!(record_text(b"plain\n"), "plain");
+    }
+
+    #[test]
+    fn table_aligns() {
+        let t = table(&[vec!["a".into(), "bb".into(), "c".into()], vec!["ddd".into(), "e".into(), "f".into()]]);
+        assert_eq!(t, "a    bb  c\nddd  e   f\n");
+    }
+}
