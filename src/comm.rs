@@ -2,15 +2,19 @@
 
 use crate::algo::Coll;
 use crate::engine::{Enqueued, RawBuf, Request, Shared, Task};
+use crate::local;
 use crate::log;
 use crate::monitor::{self, Stop};
+use crate::p2p::{self, P2p, P2pJob};
 use crate::rendezvous::{self, hostname};
+use crate::work::Completion;
 use crate::work::Work;
 use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::Entry;
 use ringleader_store::{Liveness, StoreServer};
 use ringleader_transport::frame::FrameHeader;
+use ringleader_transport::{Driver, Link};
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -141,18 +145,32 @@ impl Communicator {
             return Err(Error::invalid("rank", format!("rank {} of a world of {}", cfg.rank, cfg.world_size)));
         }
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
-        let joined = rendezvous::join(&cfg, &abort)?;
+        // One more link per pair than the collectives use: the last is the
+        // lane for sends and receives.
+        let mut with_lane = cfg.clone();
+        with_lane.streams += 1;
+        let mut joined = rendezvous::join(&with_lane, &abort)?;
+        let mut driver = Driver::new();
+        let (plane, waiter) =
+            local::attach(&cfg, &joined.peers, &mut joined.mesh.links, with_lane.streams, &mut driver, &abort)?;
+        let lane: Vec<Option<Link>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
+        let p2p =
+            P2p::new(lane, waiter).map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let store_in_rank0 = cfg.store_addr.is_none();
-        let shared = Arc::new(Shared::new(
+        let mut shared = Shared::new(
             cfg,
             hostname(),
             abort,
             joined.mesh.links,
+            driver,
+            p2p,
             joined.aux,
             joined.store_addr,
             store_in_rank0,
             joined.peers,
-        ));
+        );
+        shared.plane = plane.name();
+        let shared = Arc::new(shared);
         let engine_shared = shared.clone();
         let engine = std::thread::Builder::new()
             .name(format!("ringleader-engine-{}", shared.rank))
@@ -180,9 +198,10 @@ impl Communicator {
         self.shared.world
     }
 
-    /// The data-plane transport in use (`tcp`).
+    /// The data-plane transport in use: `tcp`, `shm` (every peer on this
+    /// host), or `shm+tcp`.
     pub fn transport_name(&self) -> &'static str {
-        "tcp"
+        self.shared.plane
     }
 
     /// The configuration in force.
@@ -191,16 +210,44 @@ impl Communicator {
     }
 
     fn sync(&self, call: Call) -> Result<()> {
-        self.shared.run_sync(self.request(call)?)
+        let req = self.request(call)?;
+        if req.fp.op.is_p2p() {
+            let (done, _) = self.submit_p2p(req)?;
+            return self.shared.wait_bounded(&done);
+        }
+        self.shared.run_sync(req)
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
         let req = self.request(call)?;
         let op = req.fp.op;
+        if op.is_p2p() {
+            let (done, seq) = self.submit_p2p(req)?;
+            return Ok(Work { done, buf: Some(buf), op, seq });
+        }
         match self.shared.enqueue(req, false)? {
             Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq }),
             Enqueued::Inline(_) => unreachable!("asynchronous submissions always queue"),
         }
+    }
+
+    /// Queues a send or receive on the point-to-point lane.
+    fn submit_p2p(&self, req: Request) -> Result<(Arc<Completion>, u64)> {
+        let sh = &self.shared;
+        if sh.destroyed.load(Ordering::Acquire) {
+            return Err(Error::aborted("the communicator was destroyed"));
+        }
+        if let Some(f) = sh.failure.lock().clone() {
+            return Err(f);
+        }
+        let send = req.fp.op == OpKind::Send;
+        let peer = req.fp.root.unwrap_or(0) as Rank;
+        let seq = sh.p2p.next_seq(send, peer);
+        let record = sh.fr.record(req.fp, 0, seq);
+        let done = Completion::new();
+        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.io, done: done.clone() };
+        p2p::submit(sh, job)?;
+        Ok((done, seq))
     }
 
     /// Validates a call and turns it into an engine request.
@@ -256,13 +303,14 @@ impl Communicator {
                 }
                 (OpKind::AllToAll, Coll::AllToAll { per_rank: ic / n })
             }
+            // Sends and receives run on their own lane; the task is unused.
             RawOp::Send { peer } => {
                 check_peer("send destination", peer)?;
-                (OpKind::Send, Coll::Send { count: ic, peer })
+                (OpKind::Send, Coll::Barrier)
             }
             RawOp::Recv { peer } => {
                 check_peer("recv source", peer)?;
-                (OpKind::Recv, Coll::Recv { count: oc, peer })
+                (OpKind::Recv, Coll::Barrier)
             }
             RawOp::Barrier => (OpKind::Barrier, Coll::Barrier),
             RawOp::MonitoredBarrier { timeout, wait_all } => {
@@ -471,6 +519,7 @@ impl Communicator {
         if sh.shutdown() {
             sh.abort.abort(Error::aborted("the communicator was destroyed while an operation ran"));
         }
+        sh.p2p.shutdown();
         if let Some(h) = self.engine.lock().take() {
             let _ = h.join();
         }

@@ -42,11 +42,16 @@ impl RawBuf {
         RawBuf { ptr, len }
     }
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// The memory as a driver buffer.
     ///
     /// # Safety
     /// The range must be valid for `'a`, and not aliased unless `ro`.
-    unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
+    pub(crate) unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
         if self.len == 0 || self.ptr.is_null() {
             return Buf::Rw(&mut []);
         }
@@ -109,8 +114,6 @@ struct Sched {
     busy: bool,
     shutdown: bool,
     seq: u64,
-    send_seq: Vec<u64>,
-    recv_seq: Vec<u64>,
 }
 
 /// What running an operation needs, used by one operation at a time.
@@ -149,6 +152,10 @@ pub(crate) struct Shared {
     pub destroyed: AtomicBool,
     /// Set by [`crate::Communicator::abort`]: the caller knows why.
     pub user_aborted: AtomicBool,
+    /// What the data plane is made of (`tcp`, `shm`, `shm+tcp`).
+    pub plane: &'static str,
+    /// Sends and receives, on their own lane.
+    pub p2p: crate::p2p::P2p,
 }
 
 impl std::fmt::Debug for Shared {
@@ -172,6 +179,8 @@ impl Shared {
         host: String,
         abort: AbortSignal,
         links: Vec<Vec<Link>>,
+        driver: Driver,
+        p2p: crate::p2p::P2p,
         store: StoreClient,
         store_addr: String,
         store_in_rank0: bool,
@@ -184,16 +193,9 @@ impl Shared {
             host,
             fr: FlightRecorder::new(cfg.fr_size, cfg.timeout.as_millis() as u64),
             abort,
-            sched: Mutex::new(Sched {
-                queue: VecDeque::new(),
-                busy: false,
-                shutdown: false,
-                seq: 0,
-                send_seq: vec![0; world],
-                recv_seq: vec![0; world],
-            }),
+            sched: Mutex::new(Sched { queue: VecDeque::new(), busy: false, shutdown: false, seq: 0 }),
             sched_cv: Condvar::new(),
-            exec: Mutex::new(Exec { links, driver: Driver::new(), plan: Plan::default(), scratch: Vec::new() }),
+            exec: Mutex::new(Exec { links, driver, plan: Plan::default(), scratch: Vec::new() }),
             failure: Mutex::new(None),
             store: Mutex::new(store),
             store_addr,
@@ -203,6 +205,8 @@ impl Shared {
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
             destroyed: AtomicBool::new(false),
             user_aborted: AtomicBool::new(false),
+            plane: "tcp",
+            p2p,
             cfg,
         }
     }
@@ -219,22 +223,9 @@ impl Shared {
         if s.shutdown {
             return Err(Error::aborted("the communicator was destroyed"));
         }
-        let seq = match req.task {
-            Task::Coll(Coll::Send { peer, .. }) => {
-                s.send_seq[peer] += 1;
-                s.send_seq[peer]
-            }
-            Task::Coll(Coll::Recv { peer, .. }) => {
-                s.recv_seq[peer] += 1;
-                s.recv_seq[peer]
-            }
-            _ => {
-                s.seq += 1;
-                s.seq
-            }
-        };
-        let (coll_seq, p2p_seq) = if req.fp.op.is_p2p() { (0, seq) } else { (seq, 0) };
-        let record = self.fr.record(req.fp, coll_seq, p2p_seq);
+        s.seq += 1;
+        let seq = s.seq;
+        let record = self.fr.record(req.fp, seq, 0);
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => self.cfg.timeout.max(timeout + Duration::from_secs(5)),
             Task::Coll(_) => self.cfg.timeout,
@@ -337,15 +328,15 @@ impl Shared {
             self.fr.failed(job.record, &f.to_string(), Vec::new());
             return Err(f);
         }
-        if let Some(reason) = self.abort.reason() {
-            return Err(self.resolve(job, reason));
-        }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
         *self.current.lock() = Some((job.coll_seq(), job.fp));
         self.fr.started_seq(job.record, job.coll_seq());
-        let r = match job.task {
-            Task::Coll(c) => self.run_coll(job, c),
-            Task::MonitoredBarrier { timeout, wait_all } => self.monitored_barrier(job, timeout, wait_all),
+        // Started first, even when already aborted: this rank's snapshot
+        // must show that it reached this collective, and with which call.
+        let r = match (self.abort.reason(), job.task) {
+            (Some(reason), _) => Err(reason),
+            (None, Task::Coll(c)) => self.run_coll(job, c),
+            (None, Task::MonitoredBarrier { timeout, wait_all }) => self.monitored_barrier(job, timeout, wait_all),
         };
         let r = match r {
             Ok(()) => {
@@ -360,7 +351,7 @@ impl Shared {
             }
             // Still "running" while the verdict is formed: the snapshot must
             // say where this rank is stuck.
-            Err(e) => Err(self.resolve(job, e)),
+            Err(e) => Err(self.resolve(job.record, e)),
         };
         *self.current.lock() = None;
         r
@@ -387,7 +378,7 @@ impl Shared {
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
-        driver.run(links, &mut bufs, plan, &op, &self.abort, Some(deadline), &self.fr.progress().awaited)?;
+        driver.run(links, &mut bufs, plan, &[op], &self.abort, Some(deadline), &self.fr.progress().awaited)?;
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);

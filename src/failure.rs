@@ -9,7 +9,7 @@
 //! runs the verdict engine, and offers its verdict to the store; the first
 //! verdict offered is the one every rank reports.
 
-use crate::engine::{Job, Shared};
+use crate::engine::Shared;
 use crate::log;
 use ringleader_core::{Diagnosis, Error};
 use ringleader_diag::recorder::mask_ranks;
@@ -33,16 +33,16 @@ pub(crate) struct AbortRecord {
 }
 
 impl Shared {
-    /// Turns the local error of `job` into the verdict, which also becomes
-    /// the communicator's permanent failure.
-    pub(crate) fn resolve(&self, job: &Job, local: Error) -> Error {
+    /// Turns the local error of the operation recorded as `record` into the
+    /// verdict, which also becomes the communicator's permanent failure.
+    pub(crate) fn resolve(&self, record: u64, local: Error) -> Error {
         if let Some(f) = self.failure.lock().clone() {
-            self.fr.failed(job.record, &f.to_string(), Vec::new());
+            self.fr.failed(record, &f.to_string(), Vec::new());
             return f;
         }
         self.abort.abort(local.clone());
         let awaited = mask_ranks(self.fr.progress().awaited.load(Ordering::Relaxed));
-        self.fr.failed(job.record, &local.to_string(), awaited);
+        self.fr.failed(record, &local.to_string(), awaited);
         let observation = Observation::from_error(&local);
         if self.user_aborted.load(Ordering::Acquire) {
             // The caller aborted and knows why: tell the others, skip the inquiry.
@@ -159,29 +159,58 @@ fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
     Ok(store.try_get(keys::VERDICT)?.and_then(|v| serde_json::from_slice(&v).ok()))
 }
 
-/// Waits (bounded) until every rank that can still answer published its
-/// snapshot; returns the job status at that point.
+/// Waits (bounded) until every rank that can still answer published a
+/// snapshot that shows it at (or past) the collective the job is stuck in;
+/// returns the job status at that point. A live rank that has not reached it
+/// yet is given the rest of the wait to get there: its call's fingerprint
+/// may be what decides who is to blame.
 fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
     let deadline = Instant::now() + GATHER;
     loop {
         let status = store.status(None, Duration::ZERO)?;
-        let published = store.keys_with_prefix(keys::SNAPSHOT_PREFIX)?;
+        let snaps: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
+            .into_iter()
+            .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())
+            .collect();
+        let stuck = snaps
+            .iter()
+            .filter_map(|s| s.beat.running.as_ref().map(|r| r.seq).or(s.observation.as_ref().and_then(|o| o.seq)))
+            .filter(|q| *q > 0)
+            .min();
+        let reached = |s: &Snapshot| {
+            stuck.is_none_or(|q| {
+                s.observation.is_some()
+                    || s.beat.last_completed >= q
+                    || s.beat.running.as_ref().is_some_and(|r| r.seq >= q)
+            })
+        };
         let missing: Vec<String> = status
             .ranks
             .iter()
             .filter(|r| r.rank != me && r.liveness == StoreLiveness::Connected)
             .filter(|r| r.heartbeat_age.is_some_and(|a| a.as_millis() < STALE_MS as u128))
+            .filter(|r| !snaps.iter().any(|s| s.rank == r.rank && reached(s)))
             .map(|r| keys::snapshot(r.rank))
-            .filter(|k| !published.contains(k))
             .collect();
         let now = Instant::now();
         if missing.is_empty() || now >= deadline || store.try_get(keys::VERDICT)?.is_some() {
             return Ok(status);
         }
-        let refs: Vec<&str> = missing.iter().map(String::as_str).collect();
-        match store.wait(&refs, (deadline - now).min(Duration::from_millis(200))) {
-            Ok(()) | Err(Error::StoreTimeout { .. }) => {}
-            Err(e) => return Err(e),
+        // Snapshots are overwritten in place, so poll rather than wait for
+        // the keys to appear.
+        let absent: Vec<&str> = missing
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !snaps.iter().any(|s| keys::snapshot(s.rank) == *k))
+            .collect();
+        let pause = (deadline - now).min(Duration::from_millis(20));
+        if absent.is_empty() {
+            std::thread::park_timeout(pause);
+        } else {
+            match store.wait(&absent, pause) {
+                Ok(()) | Err(Error::StoreTimeout { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 }

@@ -28,9 +28,11 @@ mod algo;
 mod comm;
 mod engine;
 mod failure;
+mod local;
 mod log;
 mod monitor;
 mod monitored;
+mod p2p;
 mod rendezvous;
 mod work;
 

@@ -207,6 +207,7 @@ impl Monitor {
             }
             return;
         }
+        self.p2p_news(status);
         let Some((seq, fp)) = *sh.current.lock() else {
             return;
         };
@@ -234,6 +235,27 @@ impl Monitor {
             };
             sh.abort.abort(reason);
             return;
+        }
+    }
+
+    /// A peer that a send or receive waits for left or died: abort.
+    fn p2p_news(&self, status: &JobStatus) {
+        let sh = &self.shared;
+        let pending = sh.p2p.pending.load(Ordering::Relaxed);
+        for r in &status.ranks {
+            if r.rank >= 64 || pending & (1 << r.rank) == 0 || r.liveness == Liveness::Connected {
+                continue;
+            }
+            let how = if r.liveness == Liveness::Left { "left the job" } else { "ended without leaving the job" };
+            sh.abort.abort(Error::PeerLost {
+                peer: r.rank,
+                op: ringleader_core::OpKind::Recv,
+                seq: 0,
+                detail: format!(
+                    "its process ({} pid {}) {how} while a send or receive with it was pending",
+                    r.host, r.pid
+                ),
+            });
         }
     }
 

@@ -215,8 +215,8 @@ fn worker() {
     std::process::exit(code);
 }
 
-fn run_matrix(world: usize, scenario: &str, limit: u64) {
-    let outs = run(JobSpec::new(world, scenario).limit(limit));
+fn run_matrix(world: usize, scenario: &str, transport: &str, limit: u64) {
+    let outs = run(JobSpec::new(world, scenario).env("RINGLEADER_TRANSPORT", transport).limit(limit));
     assert_all_ok(&outs);
     for o in &outs {
         assert!(o.lines("CHECKED").first().is_some_and(|c| c.parse::<usize>().unwrap() > 0), "{}", o.stdout);
@@ -224,17 +224,59 @@ fn run_matrix(world: usize, scenario: &str, limit: u64) {
 }
 
 #[test]
-fn every_op_dtype_and_small_size_on_1_2_3_4_5_8_ranks() {
+fn every_op_dtype_and_small_size_on_1_2_3_4_5_8_ranks_over_tcp() {
     for world in [1, 2, 3, 4, 5, 8] {
-        run_matrix(world, "matrix_small", 120);
+        run_matrix(world, "matrix_small", "tcp", 120);
     }
 }
 
 #[test]
-fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks() {
+fn every_op_dtype_and_small_size_on_1_2_3_4_5_8_ranks_over_shared_memory() {
     for world in [1, 2, 3, 4, 5, 8] {
-        run_matrix(world, "matrix_large", 240);
+        run_matrix(world, "matrix_small", "shm", 120);
     }
+}
+
+#[test]
+fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks_over_tcp() {
+    for world in [1, 2, 3, 4, 5, 8] {
+        run_matrix(world, "matrix_large", "tcp", 240);
+    }
+}
+
+#[test]
+fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks_over_shared_memory() {
+    for world in [1, 2, 3, 4, 5, 8] {
+        run_matrix(world, "matrix_large", "shm", 240);
+    }
+}
+
+#[test]
+fn several_streams_per_peer_over_both_transports() {
+    for transport in ["tcp", "shm"] {
+        let outs = run(JobSpec::new(3, "matrix_small")
+            .env("RINGLEADER_TRANSPORT", transport)
+            .env("RINGLEADER_STREAMS", "3")
+            .limit(120));
+        assert_all_ok(&outs);
+    }
+}
+
+#[test]
+fn no_shared_memory_segment_outlives_the_job() {
+    let before = shm_files();
+    let outs = run(JobSpec::new(3, "async").env("RINGLEADER_TRANSPORT", "shm").limit(60));
+    assert_all_ok(&outs);
+    let leaked: Vec<_> = shm_files().into_iter().filter(|f| !before.contains(f)).collect();
+    assert!(leaked.is_empty(), "left behind: {leaked:?}");
+}
+
+fn shm_files() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("rl-")).collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -245,6 +287,6 @@ fn async_operations_complete_in_order() {
 
 #[test]
 fn rank0_can_host_the_store() {
-    let outs = run(JobSpec::new(3, "async").rank0_hosts_store().limit(60));
+    let outs = run(JobSpec::new(3, "async").env("RINGLEADER_TRANSPORT", "tcp").rank0_hosts_store().limit(60));
     assert_all_ok(&outs);
 }

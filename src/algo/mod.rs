@@ -133,10 +133,6 @@ pub(crate) enum Coll {
     AllToAll { per_rank: usize },
     /// Nothing moves but empty frames.
     Barrier,
-    /// `count` elements to `peer`.
-    Send { count: usize, peer: Rank },
-    /// `count` elements from `peer`.
-    Recv { count: usize, peer: Rank },
 }
 
 /// Local work around a plan: what to copy before it runs, how much scratch
@@ -215,8 +211,6 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             pairwise::all_to_all(plan, sh, per_rank);
         }
         Coll::Barrier => tree::barrier(plan, sh),
-        Coll::Send { count, peer } => pairwise::send(plan, sh, count, peer),
-        Coll::Recv { count, peer } => pairwise::recv(plan, sh, count, peer),
     }
     prep
 }

@@ -15,13 +15,3 @@ pub(crate) fn all_to_all(plan: &mut Plan, sh: Shape, per_rank: usize) {
         plan.recv(sh.chan(from, 0), elems(OUT, from * per_rank, per_rank, sh.esz), RecvMode::Copy, None, None);
     }
 }
-
-/// Point-to-point send of [`IO`] to `peer`.
-pub(crate) fn send(plan: &mut Plan, sh: Shape, count: usize, peer: usize) {
-    plan.send(sh.chan(peer, 0), elems(IO, 0, count, sh.esz), None);
-}
-
-/// Point-to-point receive into [`IO`] from `peer`.
-pub(crate) fn recv(plan: &mut Plan, sh: Shape, count: usize, peer: usize) {
-    plan.recv(sh.chan(peer, 0), elems(IO, 0, count, sh.esz), RecvMode::Copy, None, None);
-}

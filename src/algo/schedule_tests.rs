@@ -191,15 +191,3 @@ fn barrier_and_empty_collectives_complete() {
         simulate(n, 1, None, 7, 0, 0, ReduceOp::Sum, |_| Coll::AllGather { per_rank: 0 });
     }
 }
-
-#[test]
-fn send_recv_pairs() {
-    let got = simulate(2, 1, None, 3, 100, 0, ReduceOp::Sum, |r| {
-        if r == 0 {
-            Coll::Send { count: 100, peer: 1 }
-        } else {
-            Coll::Recv { count: 100, peer: 0 }
-        }
-    });
-    assert_eq!(got[1].0, input(0, 100));
-}

@@ -240,7 +240,11 @@ fn reduce_half<H: HalfConv>(op: ReduceOp, dst: &mut [H], a: Option<&[H]>, b: &[H
 
 /// Casts the operands of a half-type reduction; `None` when misaligned.
 #[allow(clippy::type_complexity)]
-fn cast_half<'a, H: Pod>(dst: &'a mut [u8], a: Option<&'a [u8]>, b: &'a [u8]) -> Option<(&'a mut [H], Option<&'a [H]>, &'a [H])> {
+fn cast_half<'a, H: Pod>(
+    dst: &'a mut [u8],
+    a: Option<&'a [u8]>,
+    b: &'a [u8],
+) -> Option<(&'a mut [H], Option<&'a [H]>, &'a [H])> {
     let d = bytemuck::try_cast_slice_mut::<u8, H>(dst).ok()?;
     let y = bytemuck::try_cast_slice::<u8, H>(b).ok()?;
     let x = match a {

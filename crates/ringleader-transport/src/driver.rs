@@ -15,6 +15,7 @@
 
 use crate::frame::{check, Expect, FrameHeader, Verdict, HEADER_LEN};
 use crate::link::{Link, ReadOutcome};
+use crate::shm::Waiter;
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
 use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, ReduceOp, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -27,6 +28,19 @@ use std::time::{Duration, Instant};
 const STAGING: usize = 256 << 10;
 /// Longest single poll; the abort descriptor wakes us sooner.
 const MAX_POLL: Duration = Duration::from_secs(1);
+/// While shared-memory and TCP links are both pending, the poll on sockets
+/// must not hide a ring that filled meanwhile.
+const MIXED_POLL: Duration = Duration::from_millis(1);
+/// Frames are padded to a multiple of this, so every header and payload
+/// starts 8-byte aligned in a stream and ring slices can be reduced in place.
+const ALIGN: usize = 8;
+static PAD: [u8; ALIGN] = [0; ALIGN];
+
+/// Bytes of padding after a payload of `len` bytes.
+#[inline]
+pub fn pad(len: usize) -> usize {
+    (ALIGN - len % ALIGN) % ALIGN
+}
 
 /// A buffer an algorithm works on.
 #[derive(Debug)]
@@ -86,6 +100,8 @@ pub struct SendItem {
     pub region: Region,
     /// Index of a receive that must complete first.
     pub after: Option<u32>,
+    /// Which of the run's operations it belongs to (index into `ops`).
+    pub op: u8,
 }
 
 /// What to do with a received frame.
@@ -115,6 +131,8 @@ pub struct RecvItem {
     /// Index of a send that must complete before this one starts (the send
     /// reads the bytes this receive will overwrite).
     pub after_send: Option<u32>,
+    /// Which of the run's operations it belongs to (index into `ops`).
+    pub op: u8,
 }
 
 /// The transfers of one collective on one rank. Reused between
@@ -136,7 +154,7 @@ impl Plan {
 
     /// Adds a send; returns its index.
     pub fn send(&mut self, chan: Chan, region: Region, after: Option<u32>) -> u32 {
-        self.sends.push(SendItem { chan, region, after });
+        self.sends.push(SendItem { chan, region, after, op: 0 });
         (self.sends.len() - 1) as u32
     }
 
@@ -149,7 +167,7 @@ impl Plan {
         after: Option<u32>,
         after_send: Option<u32>,
     ) -> u32 {
-        self.recvs.push(RecvItem { chan, region, mode, after, after_send });
+        self.recvs.push(RecvItem { chan, region, mode, after, after_send, op: 0 });
         (self.recvs.len() - 1) as u32
     }
 }
@@ -215,6 +233,10 @@ pub struct Driver {
     active: Vec<usize>,
     send_done: Vec<bool>,
     recv_done: Vec<bool>,
+    /// This rank's shared-memory doorbell, when it has local peers.
+    waiter: Option<Waiter>,
+    /// How long to spin on shared-memory links before sleeping.
+    spin: Duration,
 }
 
 /// The links a driver runs over: `links[peer][stream]`.
@@ -226,23 +248,32 @@ impl Driver {
         Driver::default()
     }
 
+    /// Lets the driver wait on shared-memory links: spin up to `spin`, then
+    /// sleep on `waiter` (this rank's doorbell). Spinning pays only while
+    /// every local rank has a core of its own; pass zero otherwise.
+    pub fn set_shm(&mut self, waiter: Waiter, spin: Duration) {
+        self.waiter = Some(waiter);
+        self.spin = spin;
+    }
+
     /// Runs `plan` to completion, or until an error, the abort signal, or
     /// `deadline`. While blocked, the ranks it waits for are published in
-    /// `awaited` (bit r = rank r, ranks below 64).
+    /// `awaited` (bit r = rank r, ranks below 64). Each item belongs to one
+    /// of `ops` (several point-to-point operations can run as one plan).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
         links: &mut Links,
         bufs: &mut [Buf<'_>],
         plan: &Plan,
-        op: &OpInfo,
+        ops: &[OpInfo],
         abort: &AbortSignal,
         deadline: Option<Instant>,
         awaited: &AtomicU64,
     ) -> Result<()> {
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         self.prepare(links.len() * streams, streams, plan);
-        let result = self.drive(links, bufs, plan, op, abort, deadline, awaited, streams);
+        let result = self.drive(links, bufs, plan, ops, abort, deadline, awaited, streams);
         for &c in &self.active {
             self.chans[c].active = false;
         }
@@ -295,12 +326,13 @@ impl Driver {
         links: &mut Links,
         bufs: &mut [Buf<'_>],
         plan: &Plan,
-        op: &OpInfo,
+        ops: &[OpInfo],
         abort: &AbortSignal,
         deadline: Option<Instant>,
         awaited: &AtomicU64,
         streams: usize,
     ) -> Result<()> {
+        let mut idle_since: Option<Instant> = None;
         loop {
             let mut progressed = false;
             let mut finished = true;
@@ -308,24 +340,43 @@ impl Driver {
                 let ci = self.active[ai];
                 let (peer, stream) = (ci / streams, ci % streams);
                 let link = &mut links[peer][stream];
-                progressed |= self.pump_sends(ci, link, bufs, plan, op)?;
-                progressed |= self.pump_recvs(ci, link, bufs, plan, op)?;
+                progressed |= self.pump_sends(ci, link, bufs, plan, ops)?;
+                progressed |= self.pump_recvs(ci, link, bufs, plan, ops)?;
                 let c = &self.chans[ci];
                 finished &= c.send_pos == c.sends.len() && c.recv_pos == c.recvs.len();
             }
             if finished {
                 return Ok(());
             }
-            if !progressed {
-                abort.check()?;
-                self.wait(links, plan, abort, deadline, op, awaited, streams)?;
+            if progressed {
+                idle_since = None;
+                continue;
             }
+            abort.check()?;
+            // Shared memory moves without a syscall to wait on: spin a
+            // little (when the rank has a core to itself) before sleeping.
+            if self.waiter.is_some() && !self.spin.is_zero() {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.spin {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            self.wait(links, plan, abort, deadline, &ops[0], awaited, streams)?;
+            idle_since = None;
         }
     }
 
     /// Writes queued sends on one link until it would block or the next send
     /// waits for a receive. Returns whether any byte moved.
-    fn pump_sends(&mut self, ci: usize, link: &mut Link, bufs: &[Buf<'_>], plan: &Plan, op: &OpInfo) -> Result<bool> {
+    fn pump_sends(
+        &mut self,
+        ci: usize,
+        link: &mut Link,
+        bufs: &[Buf<'_>],
+        plan: &Plan,
+        ops: &[OpInfo],
+    ) -> Result<bool> {
         let mut moved = false;
         let c = &mut self.chans[ci];
         while let Some(&si) = c.sends.get(c.send_pos) {
@@ -333,23 +384,21 @@ impl Driver {
             if item.after.is_some_and(|r| !self.recv_done[r as usize]) {
                 break;
             }
+            let op = &ops[item.op as usize];
             if c.send_off == 0 {
                 let tag = c.send_pos as u32;
                 c.send_hdr = FrameHeader::data(op.seq, op.fingerprint, tag, item.region.len as u64).encode();
             }
             let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
-            let n = if c.send_off < HEADER_LEN {
-                link.try_write(&[IoSlice::new(&c.send_hdr[c.send_off..]), IoSlice::new(data)])
-            } else {
-                link.try_write(&[IoSlice::new(&data[c.send_off - HEADER_LEN..])])
-            }
-            .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
+            let total = HEADER_LEN + data.len() + pad(data.len());
+            let n = write_frame(link, &c.send_hdr, data, c.send_off)
+                .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
             if n == 0 {
                 break;
             }
             moved = true;
             c.send_off += n;
-            if c.send_off == HEADER_LEN + data.len() {
+            if c.send_off == total {
                 c.send_off = 0;
                 c.send_pos += 1;
                 self.send_done[si as usize] = true;
@@ -366,7 +415,7 @@ impl Driver {
         link: &mut Link,
         bufs: &mut [Buf<'_>],
         plan: &Plan,
-        op: &OpInfo,
+        ops: &[OpInfo],
     ) -> Result<bool> {
         let mut moved = false;
         loop {
@@ -375,6 +424,7 @@ impl Driver {
                 break;
             };
             let item = plan.recvs[ri as usize];
+            let op = &ops[item.op as usize];
             if item.after.is_some_and(|r| !self.recv_done[r as usize])
                 || item.after_send.is_some_and(|s| !self.send_done[s as usize])
             {
@@ -394,12 +444,29 @@ impl Driver {
                 }
                 check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
             }
-            let done = match item.mode {
-                RecvMode::Copy => recv_copy(c, link, bufs, &item, op, &mut moved)?,
-                RecvMode::Reduce { with } => recv_reduce(c, link, bufs, &item, with, op, &mut moved)?,
-            };
-            if !done {
-                break;
+            let payload_end = HEADER_LEN + item.region.len;
+            if c.recv_off < payload_end {
+                let done = match item.mode {
+                    RecvMode::Copy => recv_copy(c, link, bufs, &item, op, &mut moved)?,
+                    RecvMode::Reduce { with } => recv_reduce(c, link, bufs, &item, with, op, &mut moved)?,
+                };
+                if !done {
+                    break;
+                }
+            }
+            let frame_end = payload_end + pad(item.region.len);
+            if c.recv_off < frame_end {
+                let mut skip = [0u8; ALIGN];
+                match read_some(link, &mut skip[..frame_end - c.recv_off], op, c.recv_off)? {
+                    0 => break,
+                    n => {
+                        moved = true;
+                        c.recv_off += n;
+                    }
+                }
+                if c.recv_off < frame_end {
+                    continue;
+                }
             }
             c.recv_off = 0;
             c.staged = 0;
@@ -423,6 +490,7 @@ impl Driver {
         let mut fds = Vec::with_capacity(self.active.len() + 1);
         fds.push(PollFd::from_borrowed_fd(abort.fd(), PollFlags::IN));
         let mut waiting_for = 0u64;
+        let mut shm_pending = false;
         for &ci in &self.active {
             let c = &self.chans[ci];
             let mut flags = PollFlags::empty();
@@ -443,8 +511,12 @@ impl Driver {
                     }
                 }
             }
-            if !flags.is_empty() {
-                fds.push(PollFd::from_borrowed_fd(links[ci / streams][ci % streams].fd(), flags));
+            if flags.is_empty() {
+                continue;
+            }
+            match links[ci / streams][ci % streams].fd() {
+                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, flags)),
+                None => shm_pending = true,
             }
         }
         awaited.store(waiting_for, Ordering::Relaxed);
@@ -461,6 +533,14 @@ impl Driver {
             }
             left = left.min(d - now);
         }
+        if shm_pending {
+            if fds.len() > 1 {
+                left = left.min(MIXED_POLL);
+            } else if let Some(w) = &self.waiter {
+                w.wait(left, || self.shm_ready(links, plan, streams));
+                return Ok(());
+            }
+        }
         let ts = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
         match poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
@@ -469,13 +549,43 @@ impl Driver {
     }
 }
 
-fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
+impl Driver {
+    /// Whether some pending shared-memory link could move now (checked
+    /// again after registering as a sleeper, so no wake-up is lost).
+    fn shm_ready(&self, links: &Links, plan: &Plan, streams: usize) -> bool {
+        self.active.iter().any(|&ci| {
+            let c = &self.chans[ci];
+            let link = &links[ci / streams][ci % streams];
+            let send = c.sends.get(c.send_pos).is_some_and(|&si| {
+                plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.shm_ready(true)
+            });
+            let recv = c.recvs.get(c.recv_pos).is_some_and(|_| link.shm_ready(false));
+            send || recv
+        })
+    }
+}
+
+/// Writes what the link takes of a frame (header, payload, padding) from
+/// byte `off` of the frame on; 0 when the link is full.
+pub fn write_frame(link: &mut Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
+    let tail = &PAD[..pad(data.len())];
+    if off < HEADER_LEN {
+        link.try_write(&[IoSlice::new(&hdr[off..]), IoSlice::new(data), IoSlice::new(tail)])
+    } else if off < HEADER_LEN + data.len() {
+        link.try_write(&[IoSlice::new(&data[off - HEADER_LEN..]), IoSlice::new(tail)])
+    } else {
+        link.try_write(&[IoSlice::new(&tail[off - HEADER_LEN - data.len()..])])
+    }
+}
+
+/// The error for a link to `peer` that broke during `op`.
+pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
     Error::PeerLost { peer, op: op.fingerprint.op, seq: op.seq, detail: detail.to_string() }
 }
 
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
 /// already read) only words the error when the peer hangs up.
-fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
+pub fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
     match link.try_read(buf) {
         Ok(ReadOutcome::Data(n)) => Ok(n),
         Ok(ReadOutcome::WouldBlock) => Ok(0),
@@ -489,7 +599,9 @@ fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<
     }
 }
 
-fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<()> {
+/// Checks a received header against what `op` expects as frame `tag` of
+/// `len` bytes: a different call is a mismatch naming both fingerprints.
+pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<()> {
     let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
     let want = Expect { seq: op.seq, fingerprint: op.fingerprint, tag, len: len as u64 };
     match check(&h, &want, op.checks) {
@@ -536,8 +648,9 @@ fn recv_copy(
     Ok(c.recv_off - HEADER_LEN == item.region.len)
 }
 
-/// Reads a frame piece by piece into staging and reduces each whole-element
-/// piece into the region at once, while it is still in cache.
+/// Reduces a received frame into its region: straight out of the ring for
+/// shared memory, else piece by piece through a staging buffer that stays in
+/// cache between the copy out of the socket and the reduction.
 fn recv_reduce(
     c: &mut ChanRun,
     link: &mut Link,
@@ -547,8 +660,32 @@ fn recv_reduce(
     op: &OpInfo,
     moved: &mut bool,
 ) -> Result<bool> {
-    let dtype = op.fingerprint.dtype;
-    let esz = dtype.size();
+    let esz = op.fingerprint.dtype.size();
+    if link.is_shm() && c.staged == 0 {
+        loop {
+            let got = c.recv_off - HEADER_LEN;
+            if got == item.region.len {
+                return Ok(true);
+            }
+            // Only whole elements are taken; a half-written one waits.
+            let r = link.read_in_place(item.region.len - got, &mut |data| {
+                let whole = data.len() / esz * esz;
+                if whole > 0 {
+                    reduce_piece(bufs, item, with, got, &data[..whole], op);
+                }
+                whole
+            });
+            match r {
+                Some(Ok(0)) => return Ok(false),
+                Some(Ok(n)) => {
+                    *moved = true;
+                    c.recv_off += n;
+                }
+                Some(Err(e)) => return Err(lost(link.peer(), op, &format!("receiving failed: {e}"))),
+                None => break,
+            }
+        }
+    }
     if c.staging.is_empty() {
         c.staging = vec![0u64; STAGING / 8];
     }
@@ -572,29 +709,28 @@ fn recv_reduce(
         if whole == 0 {
             continue;
         }
-        let at = item.region.off + reduced;
-        let op_ = op.reduce_op();
-        match with {
-            None => {
-                let dst = &mut rw(bufs, item.region.buf)[at..at + whole];
-                reduce_bytes(dtype, op_, dst, &stage[..whole]);
-            }
-            Some(w) => {
-                let wat = w.off + reduced;
-                if w.buf == item.region.buf {
-                    let b = rw(bufs, w.buf);
-                    debug_assert!(wat + whole <= at || at + whole <= wat, "overlapping reduce operands");
-                    let (dst, src) = split_two(b, at, wat, whole);
-                    reduce3_bytes(dtype, op_, dst, src, &stage[..whole]);
-                } else {
-                    let (d, s) = pair(bufs, item.region.buf, w.buf);
-                    reduce3_bytes(dtype, op_, &mut d[at..at + whole], &s[wat..wat + whole], &stage[..whole]);
-                }
-            }
-        }
+        reduce_piece(bufs, item, with, reduced, &stage[..whole], op);
         // Keep a partial trailing element for the next read.
         stage.copy_within(whole..c.staged, 0);
         c.staged -= whole;
+    }
+}
+
+/// Reduces `data`, the bytes of a frame from offset `at` on, into the
+/// receive's region: `region = (with or region) op data`.
+fn reduce_piece(bufs: &mut [Buf<'_>], item: &RecvItem, with: Option<Region>, at: usize, data: &[u8], op: &OpInfo) {
+    let (dtype, rop, len) = (op.fingerprint.dtype, op.reduce_op(), data.len());
+    let dst_at = item.region.off + at;
+    match with {
+        None => reduce_bytes(dtype, rop, &mut rw(bufs, item.region.buf)[dst_at..dst_at + len], data),
+        Some(w) if w.buf == item.region.buf => {
+            let (dst, src) = split_two(rw(bufs, w.buf), dst_at, w.off + at, len);
+            reduce3_bytes(dtype, rop, dst, src, data);
+        }
+        Some(w) => {
+            let (d, s) = pair(bufs, item.region.buf, w.buf);
+            reduce3_bytes(dtype, rop, &mut d[dst_at..dst_at + len], &s[w.off + at..w.off + at + len], data);
+        }
     }
 }
 

@@ -16,6 +16,10 @@
 //! 16  fp      16   Fingerprint::encode
 //! 32  len     u64  payload bytes that follow
 //! ```
+//!
+//! The payload is followed by zero padding up to a multiple of 8 bytes, so
+//! every header and payload starts 8-byte aligned in the stream (shared
+//! memory reduces straight out of its rings, which needs aligned elements).
 
 use ringleader_core::Fingerprint;
 

@@ -4,6 +4,7 @@
 //! - [`frame`] and [`hello`]: the wire formats, sans-IO, tested without sockets;
 //! - [`tcp`]: choosing a listen address, building the full mesh at init, the
 //!   nonblocking socket;
+//! - [`shm`]: rings in shared memory between ranks on one host;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
 //! - [`driver`]: runs a collective's [`driver::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
@@ -11,12 +12,15 @@
 //!
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
-#![forbid(unsafe_code)]
+// Unsafe code is confined to the shared-memory module (mapped memory
+// shared with other processes); everything else is safe Rust.
+#![deny(unsafe_code)]
 
 pub mod driver;
 pub mod frame;
 pub mod hello;
 pub mod link;
+pub mod shm;
 pub mod tcp;
 
 pub use driver::{Buf, Chan, Driver, OpInfo, Plan, RecvMode, Region};

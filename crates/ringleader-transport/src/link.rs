@@ -3,6 +3,7 @@
 //! thread; what a link is made of (a TCP socket, a shared-memory ring) stays
 //! behind this enum.
 
+use crate::shm::ShmLink;
 use crate::tcp::TcpLink;
 use ringleader_core::Rank;
 use rustix::fd::BorrowedFd;
@@ -25,6 +26,8 @@ pub enum ReadOutcome {
 pub enum Link {
     /// A TCP connection.
     Tcp(TcpLink),
+    /// A pair of rings in shared memory (same host).
+    Shm(ShmLink),
 }
 
 impl Link {
@@ -32,7 +35,14 @@ impl Link {
     pub fn peer(&self) -> Rank {
         match self {
             Link::Tcp(t) => t.peer(),
+            Link::Shm(s) => s.peer(),
         }
+    }
+
+    /// Whether this link lives in shared memory (waits spin, then sleep on
+    /// the doorbell, instead of polling a descriptor).
+    pub fn is_shm(&self) -> bool {
+        matches!(self, Link::Shm(_))
     }
 
     /// Writes what it can of `bufs` without blocking; `Ok(0)` means full.
@@ -40,6 +50,7 @@ impl Link {
     pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
         match self {
             Link::Tcp(t) => t.try_write(bufs),
+            Link::Shm(s) => s.try_write(bufs),
         }
     }
 
@@ -48,13 +59,36 @@ impl Link {
     pub fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<ReadOutcome> {
         match self {
             Link::Tcp(t) => t.try_read(buf),
+            Link::Shm(s) => match s.try_read(buf)? {
+                0 => Ok(ReadOutcome::WouldBlock),
+                n => Ok(ReadOutcome::Data(n)),
+            },
         }
     }
 
-    /// The descriptor to poll for readiness.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    /// Hands arrived bytes to `f` where they lie, if the link can (shared
+    /// memory); `None` means read into a buffer instead.
+    #[inline]
+    pub fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> Option<std::io::Result<usize>> {
         match self {
-            Link::Tcp(t) => t.fd(),
+            Link::Tcp(_) => None,
+            Link::Shm(s) => Some(s.read_in_place(max, f)),
+        }
+    }
+
+    /// The descriptor to poll for readiness (TCP only).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Link::Tcp(t) => Some(t.fd()),
+            Link::Shm(_) => None,
+        }
+    }
+
+    /// For shared memory: whether a read (or a write) could progress now.
+    pub fn shm_ready(&self, write: bool) -> bool {
+        match self {
+            Link::Tcp(_) => false,
+            Link::Shm(s) => s.ready(write),
         }
     }
 }

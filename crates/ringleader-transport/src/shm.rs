@@ -1,0 +1,570 @@
+//! Shared memory between ranks on one host.
+//!
+//! Each rank owns one segment holding the rings it *reads* (one per local
+//! peer and stream) and a doorbell: a futex word its peers ring when they
+//! wrote into one of its rings or freed space in one they read. A ring is a
+//! single-producer single-consumer byte stream, so the frames, the
+//! fingerprint checks and the driver are the same as over TCP; only copies
+//! are cheaper, and a receive can be reduced straight out of the ring.
+//!
+//! Waiting spins briefly, then sleeps on the doorbell (`FUTEX_WAIT` on shared
+//! memory), so ranks that outnumber the cores do not starve each other. The
+//! abort signal rings the doorbell too, so an abort wakes a sleeping wait at
+//! once, as it does a `poll` on sockets.
+//!
+//! Segments are files under `/dev/shm` only until every local peer has
+//! mapped them: the owner unlinks its file right after the local handshake,
+//! so a job whose ranks are killed leaves nothing behind. Files of crashed
+//! start-ups (the owner's pid is dead) are removed by the next job.
+//!
+//! Everything read from shared memory (the ring positions) is bounded before
+//! use: a corrupt or malicious peer can make this rank fail, never make it
+//! read or write outside the mapping.
+#![allow(unsafe_code)]
+
+use ringleader_core::{AbortSignal, Error, Rank, Result};
+use rustix::fd::OwnedFd;
+use rustix::fs::Mode;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::shm::OFlags;
+use rustix::thread::futex;
+use std::io::IoSlice;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes of one ring (a power of two, a multiple of 8).
+pub const RING_BYTES: usize = 2 << 20;
+const LINE: usize = 64;
+/// Doorbell line, then two lines per ring header.
+const HEADER_BYTES: usize = LINE;
+const RING_HEADER_BYTES: usize = 2 * LINE;
+const MAGIC: u64 = 0x524c_5348_4d30_3031; // "RLSHM001"
+
+/// The futex word and sleeper count a rank waits on.
+#[repr(C)]
+struct Doorbell {
+    magic: AtomicU64,
+    epoch: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+/// Positions of one ring: total bytes written and read, on separate cache
+/// lines (the writer owns `head`, the reader `tail`).
+#[repr(C)]
+struct RingHeader {
+    head: AtomicU64,
+    _pad: [u8; LINE - 8],
+    tail: AtomicU64,
+}
+
+/// A mapped segment.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with other processes; all
+// access to it goes through atomics (positions, doorbell) or through byte
+// ranges that the ring protocol hands to exactly one side at a time.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from a successful mmap and are unmapped once.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+impl Mapping {
+    fn map(fd: &OwnedFd, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of a file we hold open; nothing else
+        // in this process aliases it.
+        let ptr = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
+        };
+        Ok(Mapping { ptr: NonNull::new(ptr.cast()).ok_or(std::io::ErrorKind::InvalidData)?, len })
+    }
+
+    fn doorbell(&self) -> &Doorbell {
+        // SAFETY: the segment starts with a Doorbell (alignment: mmap is
+        // page aligned), whose fields are atomics valid for any bit pattern.
+        unsafe { &*self.ptr.as_ptr().cast::<Doorbell>() }
+    }
+
+    fn ring_header(&self, i: usize) -> &RingHeader {
+        let off = HEADER_BYTES + i * RING_HEADER_BYTES;
+        assert!(off + RING_HEADER_BYTES <= self.len);
+        // SAFETY: in bounds (checked), 64-byte aligned, atomics only.
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<RingHeader>() }
+    }
+
+    fn ring_data(&self, rings: usize, i: usize) -> *mut u8 {
+        let off = HEADER_BYTES + rings * RING_HEADER_BYTES + i * RING_BYTES;
+        assert!(off + RING_BYTES <= self.len);
+        // SAFETY: in bounds (checked).
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+}
+
+fn segment_len(rings: usize) -> usize {
+    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES)
+}
+
+/// The name of a rank's segment: the run, the rank and the owner's pid (so
+/// leftovers of dead processes can be recognized).
+pub fn segment_name(run_id: &str, rank: Rank, pid: u32) -> String {
+    let run: String =
+        run_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect();
+    format!("/rl-{run}-{rank}-{pid}")
+}
+
+/// Removes segment files of processes that no longer exist (crashed before
+/// the handshake that unlinks them).
+fn remove_stale_segments() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("rl-").and_then(|n| n.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = rustix::shm::unlink(format!("/{name}").as_str());
+        }
+    }
+}
+
+/// Wakes the owner of `bell` if it sleeps.
+#[inline]
+fn ring_bell(bell: &Doorbell) {
+    // Pairs with the fence in `Domain::wait`: either the sleeper sees our
+    // write, or we see it registered as a sleeper.
+    fence(Ordering::SeqCst);
+    if bell.sleepers.load(Ordering::Relaxed) > 0 {
+        bell.epoch.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+    }
+}
+
+/// This rank's shared-memory state: its own segment and its local peers'.
+pub struct Domain {
+    own: Mapping,
+    own_name: String,
+    /// Local peers' segments, by global rank.
+    peers: Vec<Option<Mapping>>,
+    /// Local ranks in ascending order (this rank included).
+    local: Vec<Rank>,
+    rank: Rank,
+    streams: usize,
+}
+
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain").field("rank", &self.rank).field("local", &self.local).finish()
+    }
+}
+
+fn shm_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::invalid("shared memory", format!("{what}: {e} (set RINGLEADER_TRANSPORT=tcp to do without)"))
+}
+
+impl Domain {
+    /// Creates this rank's segment, with `streams` incoming rings per local
+    /// peer. `local` lists the ranks on this host, this one included.
+    pub fn create(run_id: &str, rank: Rank, world: usize, local: &[Rank], streams: usize) -> Result<Domain> {
+        remove_stale_segments();
+        let mut local = local.to_vec();
+        local.sort_unstable();
+        let rings = (local.len() - 1) * streams;
+        let len = segment_len(rings);
+        let name = segment_name(run_id, rank, std::process::id());
+        let fd =
+            rustix::shm::open(name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, Mode::RUSR | Mode::WUSR)
+                .map_err(|e| shm_error(&format!("cannot create {name}"), e))?;
+        let sized = rustix::fs::ftruncate(&fd, len as u64);
+        let own = sized.map_err(std::io::Error::from).and_then(|()| Mapping::map(&fd, len)).map_err(|e| {
+            let _ = rustix::shm::unlink(name.as_str());
+            shm_error(&format!("cannot size or map {name} ({len} bytes; is /dev/shm large enough?)"), e)
+        })?;
+        // Fresh pages are zero: positions start at 0. The magic says "ready".
+        own.doorbell().magic.store(MAGIC, Ordering::Release);
+        Ok(Domain { own, own_name: name, peers: (0..world).map(|_| None).collect(), local, rank, streams })
+    }
+
+    /// The name peers open this rank's segment by.
+    pub fn name(&self) -> &str {
+        &self.own_name
+    }
+
+    /// Maps local peer `peer`'s segment, created under `name`. The peer
+    /// creates it right after rendezvous; this waits (bounded) until the file
+    /// exists, has its size and carries the ready mark (creating, sizing and
+    /// marking are three steps another process can observe in between).
+    pub fn open_peer(
+        &mut self,
+        peer: Rank,
+        name: &str,
+        deadline: std::time::Instant,
+        abort: &AbortSignal,
+    ) -> Result<()> {
+        let len = segment_len((self.local.len() - 1) * self.streams);
+        loop {
+            abort.check()?;
+            let why = match self.try_open(name, len) {
+                Ok(m) => {
+                    self.peers[peer] = Some(m);
+                    return Ok(());
+                }
+                Err(why) => why,
+            };
+            if std::time::Instant::now() >= deadline {
+                return Err(shm_error(&format!("rank {peer}'s segment {name}"), why));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Maps a ready segment, or says why it is not (yet).
+    fn try_open(&self, name: &str, len: usize) -> std::result::Result<Mapping, String> {
+        let fd = rustix::shm::open(name, OFlags::RDWR, Mode::empty()).map_err(|e| format!("never appeared ({e})"))?;
+        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size as usize;
+        if size != len {
+            return Err(format!("has {size} bytes, expected {len}"));
+        }
+        let m = Mapping::map(&fd, len).map_err(|e| e.to_string())?;
+        if m.doorbell().magic.load(Ordering::Acquire) != MAGIC {
+            return Err("was never marked ready".into());
+        }
+        Ok(m)
+    }
+
+    /// Removes this rank's segment file (the mapping stays). Call once
+    /// every local peer has mapped it.
+    pub fn unlink(&self) {
+        let _ = rustix::shm::unlink(self.own_name.as_str());
+    }
+
+    /// Index of `peer`'s rings among a segment owner's rings.
+    fn slot(&self, owner: Rank, peer: Rank, stream: usize) -> usize {
+        let others: Vec<Rank> = self.local.iter().copied().filter(|r| *r != owner).collect();
+        let i = others.iter().position(|r| *r == peer).expect("peer is local");
+        i * self.streams + stream
+    }
+
+    /// The links to every mapped local peer, `streams` each, and a handle
+    /// to this rank's doorbell for waiting.
+    pub fn links(self) -> (Vec<(Rank, Vec<ShmLink>)>, Waiter) {
+        let rings = (self.local.len() - 1) * self.streams;
+        let d = Arc::new(self);
+        let mut out = Vec::new();
+        for &peer in &d.local {
+            if peer == d.rank || d.peers[peer].is_none() {
+                continue;
+            }
+            let links = (0..d.streams)
+                .map(|s| ShmLink {
+                    domain: d.clone(),
+                    peer,
+                    rx: d.slot(d.rank, peer, s),
+                    tx: d.slot(peer, d.rank, s),
+                    rings,
+                })
+                .collect();
+            out.push((peer, links));
+        }
+        (out, Waiter { domain: d })
+    }
+}
+
+/// Waits on this rank's doorbell.
+#[derive(Clone)]
+pub struct Waiter {
+    domain: Arc<Domain>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter").field("rank", &self.domain.rank).finish()
+    }
+}
+
+impl Waiter {
+    /// Sleeps until a peer rings the doorbell, `ready()` turns true, or
+    /// `timeout` passes. `ready` is checked after registering as a sleeper,
+    /// so a ring between the caller's last check and the sleep is not lost.
+    pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) {
+        let bell = self.domain.own.doorbell();
+        let epoch = bell.epoch.load(Ordering::Acquire);
+        bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            let ts = rustix::thread::futex::Timespec {
+                tv_sec: timeout.as_secs() as i64,
+                tv_nsec: timeout.subsec_nanos() as i64,
+            };
+            let _ = futex::wait(&bell.epoch, futex::Flags::empty(), epoch, Some(&ts));
+        }
+        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Rings this rank's own doorbell: wakes its sleeping waits (another
+    /// thread of this rank has new work for them).
+    pub fn ring(&self) {
+        let bell = self.domain.own.doorbell();
+        bell.epoch.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+    }
+
+    /// Makes `abort` ring this rank's doorbell, so a sleeping wait wakes.
+    pub fn wake_on(&self, abort: &AbortSignal) {
+        let d = self.domain.clone();
+        abort.on_abort(move || {
+            let bell = d.own.doorbell();
+            bell.epoch.fetch_add(1, Ordering::Release);
+            let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+        });
+    }
+}
+
+/// One stream to one local peer: we write into its segment, read from ours.
+pub struct ShmLink {
+    domain: Arc<Domain>,
+    peer: Rank,
+    /// Our incoming ring (in our segment).
+    rx: usize,
+    /// Our outgoing ring (in the peer's segment).
+    tx: usize,
+    rings: usize,
+}
+
+impl std::fmt::Debug for ShmLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmLink").field("peer", &self.peer).finish()
+    }
+}
+
+/// A ring position that does not make sense: the peer corrupted it.
+fn corrupt(peer: Rank) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("rank {peer} left an impossible ring position"))
+}
+
+impl ShmLink {
+    fn peer_map(&self) -> &Mapping {
+        self.domain.peers[self.peer].as_ref().expect("peer mapped")
+    }
+
+    /// The peer.
+    pub fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    /// Copies as much of `bufs` as fits into the outgoing ring.
+    pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        let m = self.peer_map();
+        let h = m.ring_header(self.tx);
+        let data = m.ring_data(self.rings, self.tx);
+        let head = h.head.load(Ordering::Relaxed);
+        let tail = h.tail.load(Ordering::Acquire);
+        let used = head.wrapping_sub(tail);
+        if used > RING_BYTES as u64 {
+            return Err(corrupt(self.peer));
+        }
+        let mut free = RING_BYTES - used as usize;
+        let mut pos = head;
+        for b in bufs {
+            let mut src: &[u8] = b;
+            while !src.is_empty() && free > 0 {
+                let at = (pos % RING_BYTES as u64) as usize;
+                let n = src.len().min(free).min(RING_BYTES - at);
+                // SAFETY: [at, at+n) lies in the ring (n <= RING_BYTES - at)
+                // and in its free part, which the reader does not touch
+                // until `head` moves past it below.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), data.add(at), n) };
+                src = &src[n..];
+                free -= n;
+                pos += n as u64;
+            }
+        }
+        let written = (pos - head) as usize;
+        if written > 0 {
+            h.head.store(pos, Ordering::Release);
+            ring_bell(m.doorbell());
+        }
+        Ok(written)
+    }
+
+    /// Readable bytes of the incoming ring as one contiguous piece (up to
+    /// the ring's end), bounded by `max`.
+    fn readable(&self, max: usize) -> std::io::Result<(*const u8, usize)> {
+        let m = &self.domain.own;
+        let h = m.ring_header(self.rx);
+        let head = h.head.load(Ordering::Acquire);
+        let tail = h.tail.load(Ordering::Relaxed);
+        let avail = head.wrapping_sub(tail);
+        if avail > RING_BYTES as u64 {
+            return Err(corrupt(self.peer));
+        }
+        let at = (tail % RING_BYTES as u64) as usize;
+        let n = (avail as usize).min(RING_BYTES - at).min(max);
+        // SAFETY: in bounds of the ring (n <= RING_BYTES - at).
+        Ok((unsafe { m.ring_data(self.rings, self.rx).add(at) }, n))
+    }
+
+    fn consume(&self, n: usize) {
+        let h = self.domain.own.ring_header(self.rx);
+        let tail = h.tail.load(Ordering::Relaxed);
+        h.tail.store(tail + n as u64, Ordering::Release);
+        ring_bell(self.peer_map().doorbell());
+    }
+
+    /// Copies what has arrived into `buf`; 0 when nothing has.
+    pub fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut got = 0;
+        // At most two pieces: up to the ring's end, then from its start.
+        for _ in 0..2 {
+            let (p, n) = self.readable(buf.len() - got)?;
+            if n == 0 {
+                break;
+            }
+            // SAFETY: [p, p+n) is readable ring data that the writer will
+            // not touch until we move `tail` past it in `consume`.
+            unsafe { std::ptr::copy_nonoverlapping(p, buf[got..].as_mut_ptr(), n) };
+            got += n;
+            self.consume(n);
+        }
+        Ok(got)
+    }
+
+    /// Hands up to `max` arrived bytes, in place, to `f`, which returns how
+    /// many it used; those are consumed. Lets a reduction read straight out
+    /// of the ring, without copying into a staging buffer first.
+    pub fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> std::io::Result<usize> {
+        let (p, n) = self.readable(max)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: as in `try_read`; the slice lives only during the call.
+        let used = f(unsafe { std::slice::from_raw_parts(p, n) }).min(n);
+        if used > 0 {
+            self.consume(used);
+        }
+        Ok(used)
+    }
+
+    /// Whether a read or a write (per `write`) could make progress now.
+    pub fn ready(&self, write: bool) -> bool {
+        if write {
+            let h = self.peer_map().ring_header(self.tx);
+            let used = h.head.load(Ordering::Relaxed).wrapping_sub(h.tail.load(Ordering::Acquire));
+            used < RING_BYTES as u64
+        } else {
+            let h = self.domain.own.ring_header(self.rx);
+            h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two "ranks" in one process, each with its own domain.
+    fn pair(run: &str) -> (ShmLink, ShmLink, Waiter, Waiter) {
+        let abort = AbortSignal::new().unwrap();
+        let mut a = Domain::create(run, 0, 2, &[0, 1], 1).unwrap();
+        let mut b = Domain::create(run, 1, 2, &[0, 1], 1).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        let (na, nb) = (a.name().to_string(), b.name().to_string());
+        a.open_peer(1, &nb, deadline, &abort).unwrap();
+        b.open_peer(0, &na, deadline, &abort).unwrap();
+        a.unlink();
+        b.unlink();
+        let (mut la, wa) = a.links();
+        let (mut lb, wb) = b.links();
+        (la.remove(0).1.remove(0), lb.remove(0).1.remove(0), wa, wb)
+    }
+
+    #[test]
+    fn bytes_flow_both_ways_across_the_wrap() {
+        let (mut a, mut b, _, _) = pair("t-wrap");
+        let msg: Vec<u8> = (0..RING_BYTES + 12345).map(|i| (i * 7) as u8).collect();
+        let mut got = Vec::new();
+        let mut sent = 0;
+        let mut buf = vec![0u8; 70_001];
+        while got.len() < msg.len() {
+            sent += a.try_write(&[IoSlice::new(&msg[sent..])]).unwrap();
+            let n = b.try_read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, msg);
+        assert_eq!(b.try_write(&[IoSlice::new(b"back"), IoSlice::new(b" again")]).unwrap(), 10);
+        let mut back = [0u8; 10];
+        assert_eq!(a.try_read(&mut back).unwrap(), 10);
+        assert_eq!(&back, b"back again");
+        assert!(!std::path::Path::new("/dev/shm/rl-t-wrap-0").exists());
+    }
+
+    #[test]
+    fn a_full_ring_takes_no_more_and_in_place_reads_consume() {
+        let (mut a, mut b, _, _) = pair("t-full");
+        let big = vec![1u8; RING_BYTES + 10];
+        assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), RING_BYTES);
+        assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), 0);
+        assert!(!a.ready(true) && b.ready(false));
+        let mut sum = 0u64;
+        let used = b.read_in_place(100, &mut |d| {
+            sum = d.iter().map(|x| *x as u64).sum();
+            d.len()
+        });
+        assert_eq!((used.unwrap(), sum), (100, 100));
+        assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), 100);
+    }
+
+    #[test]
+    fn a_sleeping_reader_wakes_on_a_write_and_on_abort() {
+        let (mut a, b, _, wb) = pair("t-wake");
+        let t = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            wb.wait(Duration::from_secs(5), || b.ready(false));
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        a.try_write(&[IoSlice::new(b"x")]).unwrap();
+        assert!(t.join().unwrap() < Duration::from_secs(2));
+
+        let (_, b, _, wb) = pair("t-abort");
+        let abort = AbortSignal::new().unwrap();
+        wb.wake_on(&abort);
+        let t = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            wb.wait(Duration::from_secs(5), || b.ready(false));
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        abort.abort(Error::aborted("stop"));
+        assert!(t.join().unwrap() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn corrupt_positions_are_errors_not_wild_reads() {
+        let (mut a, mut b, _, _) = pair("t-bad");
+        b.domain.own.ring_header(b.rx).head.store(u64::MAX / 2, Ordering::Release);
+        assert_eq!(b.try_read(&mut [0u8; 8]).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        a.peer_map().ring_header(a.tx).tail.store(7, Ordering::Release);
+        assert!(a.try_write(&[IoSlice::new(b"x")]).is_err());
+    }
+
+    #[test]
+    fn stale_segments_of_dead_processes_are_removed() {
+        let name = "/rl-t-stale-0-999999999";
+        let fd = rustix::shm::open(name, OFlags::CREATE | OFlags::RDWR, Mode::RUSR | Mode::WUSR).unwrap();
+        drop(fd);
+        assert!(std::path::Path::new("/dev/shm/rl-t-stale-0-999999999").exists());
+        remove_stale_segments();
+        assert!(!std::path::Path::new("/dev/shm/rl-t-stale-0-999999999").exists());
+    }
+}

@@ -1,0 +1,114 @@
+//! Shared memory for ranks on the same host.
+//!
+//! After rendezvous every rank knows where its peers run (host name and
+//! kernel boot id). Ranks that share a host replace their TCP links with
+//! rings in shared memory: each creates its segment, maps its local peers',
+//! says so to each of them over the TCP link (an empty frame each way), and
+//! only then unlinks its file, so nothing is left under /dev/shm whatever
+//! happens later.
+
+use crate::rendezvous::PeerInfo;
+use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
+use ringleader_transport::driver::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
+use ringleader_transport::shm::{segment_name, Domain, Waiter};
+use ringleader_transport::{Driver, Link};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+/// How long a wait on shared memory spins before it sleeps, when every local
+/// rank has a core of its own.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// What the data plane ended up made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plane {
+    Tcp,
+    Shm,
+    Mixed,
+}
+
+impl Plane {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Plane::Tcp => "tcp",
+            Plane::Shm => "shm",
+            Plane::Mixed => "shm+tcp",
+        }
+    }
+}
+
+/// The ranks that share `me`'s host and kernel, `me` included.
+fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
+    let mine = &peers[me];
+    peers
+        .iter()
+        .filter(|p| !mine.boot_id.is_empty() && p.host == mine.host && p.boot_id == mine.boot_id)
+        .map(|p| p.rank)
+        .collect()
+}
+
+/// Replaces the TCP links to same-host peers (`streams` each) by shared
+/// memory, as `RINGLEADER_TRANSPORT` allows; sets `driver` up to wait on it
+/// and returns the doorbell waiter for other waits of this rank.
+pub(crate) fn attach(
+    cfg: &Config,
+    peers: &[PeerInfo],
+    links: &mut [Vec<Link>],
+    streams: usize,
+    driver: &mut Driver,
+    abort: &AbortSignal,
+) -> Result<(Plane, Option<Waiter>)> {
+    let local = local_ranks(peers, cfg.rank);
+    match cfg.transport {
+        TransportKind::Tcp => return Ok((Plane::Tcp, None)),
+        TransportKind::Rdma => {
+            return Err(Error::invalid(
+                "RINGLEADER_TRANSPORT",
+                "rdma was asked for, but this build has no RDMA transport; use auto, tcp or shm",
+            ))
+        }
+        TransportKind::Shm if local.len() < peers.len() => {
+            let remote: Vec<String> = peers
+                .iter()
+                .filter(|p| !local.contains(&p.rank))
+                .map(|p| format!("rank {} ({})", p.rank, p.host))
+                .collect();
+            return Err(Error::invalid(
+                "RINGLEADER_TRANSPORT",
+                format!("shm needs every rank on this host, but {} run elsewhere; use auto", remote.join(", ")),
+            ));
+        }
+        _ => {}
+    }
+    if local.len() < 2 {
+        return Ok((Plane::Tcp, None));
+    }
+    let deadline = Instant::now() + cfg.init_timeout.min(Duration::from_secs(30));
+    let mut domain = Domain::create(&cfg.run_id, cfg.rank, cfg.world_size, &local, streams)?;
+    for &p in local.iter().filter(|&&p| p != cfg.rank) {
+        domain.open_peer(p, &segment_name(&cfg.run_id, p, peers[p].pid), deadline, abort)?;
+    }
+    handshake(cfg.rank, &local, links, deadline, abort)?;
+    domain.unlink();
+    let (shm_links, waiter) = domain.links();
+    for (peer, l) in shm_links {
+        links[peer] = l.into_iter().map(Link::Shm).collect();
+    }
+    waiter.wake_on(abort);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    driver.set_shm(waiter.clone(), if local.len() <= cores { SPIN } else { Duration::ZERO });
+    Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
+}
+
+/// An empty frame to and from every local peer over TCP: once it has
+/// arrived from a peer, that peer has mapped every segment it needs.
+fn handshake(me: Rank, local: &[Rank], links: &mut [Vec<Link>], deadline: Instant, abort: &AbortSignal) -> Result<()> {
+    let mut plan = Plan::default();
+    for &p in local.iter().filter(|&&p| p != me) {
+        let chan = Chan { peer: p, stream: 0 };
+        plan.send(chan, Region::new(0, 0, 0), None);
+        plan.recv(chan, Region::new(0, 0, 0), RecvMode::Copy, None, None);
+    }
+    let op = OpInfo { seq: 0, fingerprint: Fingerprint::new(OpKind::Barrier, DType::U8, 0), checks: true };
+    Driver::new().run(links, &mut [Buf::Rw(&mut [])], &plan, &[op], abort, Some(deadline), &AtomicU64::new(0))
+}

@@ -1,0 +1,379 @@
+//! Point-to-point operations (send, recv) on a lane of their own.
+//!
+//! Every pair of ranks has one link reserved for sends and receives (an
+//! extra TCP connection, or an extra ring in shared memory). A thread of its
+//! own, started on first use, moves every queued send and receive at once,
+//! each peer's sends in submission order and its receives in submission
+//! order, but sends and receives, and different peers, independently of one
+//! another. So a rank that posts a send and then a receive while its peer
+//! does the same never deadlocks, however large the messages; and since the
+//! lane carries no collective frames, point-to-point traffic can never
+//! interleave with a collective's.
+//!
+//! Frames are the collectives' frames (header, payload, padding); the
+//! sequence number is per pair and direction, and the fingerprint (dtype and
+//! count) is checked like any other.
+
+use crate::engine::{RawBuf, Shared};
+use crate::work::Completion;
+use parking_lot::Mutex;
+use ringleader_core::{Error, Fingerprint, OpKind, Rank, Result};
+use ringleader_diag::recorder::mask_ranks;
+use ringleader_transport::driver::{check_header, lost, pad, read_some, write_frame};
+use ringleader_transport::frame::{FrameHeader, HEADER_LEN};
+use ringleader_transport::shm::Waiter;
+use ringleader_transport::{Buf, Link, OpInfo};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, OwnedFd};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest sleep of the lane thread; it also checks timeouts this often.
+const TICK: Duration = Duration::from_millis(200);
+/// While shared-memory and TCP links are both pending.
+const MIXED_TICK: Duration = Duration::from_millis(1);
+
+/// One queued send or receive.
+#[derive(Debug)]
+pub(crate) struct P2pJob {
+    pub peer: Rank,
+    pub seq: u64,
+    pub fp: Fingerprint,
+    pub record: u64,
+    pub buf: RawBuf,
+    pub done: Arc<Completion>,
+}
+
+impl P2pJob {
+    fn is_send(&self) -> bool {
+        self.fp.op == OpKind::Send
+    }
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: Vec<P2pJob>,
+    shutdown: bool,
+    started: bool,
+    send_seq: Vec<u64>,
+    recv_seq: Vec<u64>,
+}
+
+/// The lane: its links (until the thread takes them), the submission
+/// queue, and what wakes the thread.
+pub(crate) struct P2p {
+    queue: Mutex<Queue>,
+    links: Mutex<Option<Vec<Option<Link>>>>,
+    kick: OwnedFd,
+    waiter: Option<Waiter>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Peers with a send or receive in flight (bit r = rank r), for the
+    /// monitor, which aborts them when such a peer dies or leaves.
+    pub pending: AtomicU64,
+}
+
+impl std::fmt::Debug for P2p {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("P2p").field("pending", &mask_ranks(self.pending.load(Ordering::Relaxed))).finish()
+    }
+}
+
+impl P2p {
+    pub(crate) fn new(links: Vec<Option<Link>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
+        let world = links.len();
+        Ok(P2p {
+            queue: Mutex::new(Queue { send_seq: vec![0; world], recv_seq: vec![0; world], ..Queue::default() }),
+            links: Mutex::new(Some(links)),
+            kick: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+            waiter,
+            thread: Mutex::new(None),
+            pending: AtomicU64::new(0),
+        })
+    }
+
+    fn wake(&self) {
+        let _ = rustix::io::write(&self.kick, &1u64.to_ne_bytes());
+        if let Some(w) = &self.waiter {
+            w.ring();
+        }
+    }
+
+    /// The next sequence number of a send to (or receive from) `peer`.
+    pub(crate) fn next_seq(&self, send: bool, peer: Rank) -> u64 {
+        let mut q = self.queue.lock();
+        let c = if send { &mut q.send_seq[peer] } else { &mut q.recv_seq[peer] };
+        *c += 1;
+        *c
+    }
+
+    /// Stops the lane thread: queued operations fail.
+    pub(crate) fn shutdown(&self) {
+        {
+            let mut q = self.queue.lock();
+            q.shutdown = true;
+            for j in q.jobs.drain(..) {
+                j.done.complete(Err(Error::aborted(format!(
+                    "the communicator was destroyed before {} #{} ran",
+                    j.fp.op, j.seq
+                ))));
+            }
+        }
+        self.wake();
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Queues `job` on `shared`'s lane, starting the lane thread on first use.
+pub(crate) fn submit(shared: &Arc<Shared>, job: P2pJob) -> Result<()> {
+    let p = &shared.p2p;
+    let mut q = p.queue.lock();
+    if q.shutdown {
+        return Err(Error::aborted("the communicator was destroyed"));
+    }
+    q.jobs.push(job);
+    if !q.started {
+        q.started = true;
+        let sh = shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("ringleader-p2p-{}", shared.rank))
+            .spawn(move || Lane::run(sh))
+            .map_err(|e| Error::invalid("send/recv", format!("cannot start the point-to-point thread: {e}")))?;
+        *p.thread.lock() = Some(h);
+    }
+    drop(q);
+    p.wake();
+    Ok(())
+}
+
+/// Progress of the operation at the head of one direction of one peer.
+#[derive(Debug)]
+struct Flow {
+    jobs: VecDeque<(P2pJob, Instant)>,
+    /// Bytes of the head frame moved, header and padding included.
+    off: usize,
+    hdr: [u8; HEADER_LEN],
+}
+
+impl Default for Flow {
+    fn default() -> Flow {
+        Flow { jobs: VecDeque::new(), off: 0, hdr: [0; HEADER_LEN] }
+    }
+}
+
+/// The lane thread's state.
+struct Lane {
+    shared: Arc<Shared>,
+    links: Vec<Option<Link>>,
+    sends: Vec<Flow>,
+    recvs: Vec<Flow>,
+}
+
+impl Lane {
+    fn run(shared: Arc<Shared>) {
+        let links = shared.p2p.links.lock().take().unwrap_or_default();
+        let n = links.len();
+        let mut lane = Lane {
+            shared,
+            links,
+            sends: (0..n).map(|_| Flow::default()).collect(),
+            recvs: (0..n).map(|_| Flow::default()).collect(),
+        };
+        while lane.take_new() {
+            if let Err((record, e)) = lane.step() {
+                lane.fail_all(record, e);
+            }
+        }
+    }
+
+    /// Moves newly submitted jobs into the flows; false once shut down and idle.
+    fn take_new(&mut self) -> bool {
+        let mut q = self.shared.p2p.queue.lock();
+        for j in q.jobs.drain(..) {
+            self.shared.fr.started_seq(j.record, 0);
+            let flows = if j.is_send() { &mut self.sends } else { &mut self.recvs };
+            flows[j.peer].jobs.push_back((j, Instant::now()));
+        }
+        let mut mask = 0u64;
+        for (peer, f) in self.sends.iter().zip(&self.recvs).enumerate() {
+            if (!f.0.jobs.is_empty() || !f.1.jobs.is_empty()) && peer < 64 {
+                mask |= 1 << peer;
+            }
+        }
+        self.shared.p2p.pending.store(mask, Ordering::Relaxed);
+        !(q.shutdown && mask == 0)
+    }
+
+    fn idle(&self) -> bool {
+        self.sends.iter().chain(&self.recvs).all(|f| f.jobs.is_empty())
+    }
+
+    /// Moves what can move, or waits; an error names the operation it broke.
+    fn step(&mut self) -> std::result::Result<(), (u64, Error)> {
+        let sh = self.shared.clone();
+        if let Some(reason) = sh.abort.reason().filter(|_| !self.idle()) {
+            let record = self.oldest().map_or(0, |(j, _)| j.record);
+            return Err((record, reason));
+        }
+        let mut moved = false;
+        for peer in 0..self.links.len() {
+            moved |= self.pump(peer, true)?;
+            moved |= self.pump(peer, false)?;
+        }
+        if moved {
+            return Ok(());
+        }
+        if let Some((j, since)) = self.oldest() {
+            let waited = since.elapsed();
+            if waited >= sh.cfg.timeout {
+                let e = Error::Timeout { op: j.fp.op, seq: j.seq, waited, awaited: vec![j.peer] };
+                return Err((j.record, e));
+            }
+        }
+        self.wait();
+        Ok(())
+    }
+
+    fn oldest(&self) -> Option<&(P2pJob, Instant)> {
+        self.sends.iter().chain(&self.recvs).filter_map(|f| f.jobs.front()).min_by_key(|(_, t)| *t)
+    }
+
+    /// Moves the head send (or receive) of `peer`; completes it when done.
+    fn pump(&mut self, peer: usize, send: bool) -> std::result::Result<bool, (u64, Error)> {
+        let checks = self.shared.cfg.checks;
+        let (flows, links) = if send { (&mut self.sends, &mut self.links) } else { (&mut self.recvs, &mut self.links) };
+        let flow = &mut flows[peer];
+        let Some((job, _)) = flow.jobs.front() else { return Ok(false) };
+        let Some(link) = links[peer].as_mut() else { return Ok(false) };
+        let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks };
+        let len = job.buf.len();
+        let total = HEADER_LEN + len + pad(len);
+        let mut moved = false;
+        let record = job.record;
+        let r =
+            if send { pump_send(flow, link, &op, &mut moved) } else { pump_recv(flow, link, &op, peer, &mut moved) };
+        r.map_err(|e| (record, e))?;
+        if flow.off == total {
+            let (job, _) = flow.jobs.pop_front().expect("head exists");
+            flow.off = 0;
+            self.shared.fr.completed_seq(job.record, 0);
+            job.done.complete(Ok(()));
+        }
+        Ok(moved)
+    }
+
+    /// Sleeps until a link, a submission or an abort may have something.
+    fn wait(&self) {
+        let p = &self.shared.p2p;
+        let mut fds = vec![
+            PollFd::from_borrowed_fd(p.kick.as_fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(self.shared.abort.fd(), PollFlags::IN),
+        ];
+        let mut shm = false;
+        for (peer, link) in self.links.iter().enumerate() {
+            let Some(link) = link else { continue };
+            let mut flags = PollFlags::empty();
+            if !self.sends[peer].jobs.is_empty() {
+                flags |= PollFlags::OUT;
+            }
+            if !self.recvs[peer].jobs.is_empty() {
+                flags |= PollFlags::IN;
+            }
+            if flags.is_empty() {
+                continue;
+            }
+            match link.fd() {
+                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, flags)),
+                None => shm = true,
+            }
+        }
+        if shm && fds.len() == 2 {
+            if let Some(w) = &p.waiter {
+                let ready = || {
+                    self.links.iter().enumerate().any(|(peer, l)| {
+                        l.as_ref().is_some_and(|l| {
+                            (!self.sends[peer].jobs.is_empty() && l.shm_ready(true))
+                                || (!self.recvs[peer].jobs.is_empty() && l.shm_ready(false))
+                        })
+                    }) || !p.queue.lock().jobs.is_empty()
+                };
+                w.wait(TICK, ready);
+                return;
+            }
+        }
+        let t = if shm { MIXED_TICK } else { TICK };
+        let ts = Timespec { tv_sec: 0, tv_nsec: t.as_nanos() as i64 };
+        let _ = poll(&mut fds, Some(&ts));
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&p.kick, &mut b);
+    }
+
+    /// The lane broke: the verdict fails every queued operation.
+    fn fail_all(&mut self, record: u64, e: Error) {
+        let verdict = self.shared.resolve(record, e);
+        for f in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
+            f.off = 0;
+            for (j, _) in f.jobs.drain(..) {
+                self.shared.fr.failed(j.record, &verdict.to_string(), vec![j.peer]);
+                j.done.complete(Err(verdict.clone()));
+            }
+        }
+        self.shared.p2p.pending.store(0, Ordering::Relaxed);
+    }
+}
+
+fn pump_send(flow: &mut Flow, link: &mut Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
+    let job = &flow.jobs.front().expect("head exists").0;
+    if flow.off == 0 {
+        flow.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, job.buf.len() as u64).encode();
+    }
+    // SAFETY: the submitter keeps the buffer alive and unchanged until the
+    // job completes (a sync send blocks; an async one owns it in its Work).
+    let data = match unsafe { job.buf.buf(true) } {
+        Buf::Ro(d) => d,
+        Buf::Rw(d) => &*d,
+    };
+    let total = HEADER_LEN + data.len() + pad(data.len());
+    while flow.off < total {
+        let n = write_frame(link, &flow.hdr, data, flow.off)
+            .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        *moved = true;
+        flow.off += n;
+    }
+    Ok(())
+}
+
+fn pump_recv(flow: &mut Flow, link: &mut Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
+    let job = &flow.jobs.front().expect("head exists").0;
+    let len = job.buf.len();
+    let total = HEADER_LEN + len + pad(len);
+    while flow.off < total {
+        let n = if flow.off < HEADER_LEN {
+            let n = read_some(link, &mut flow.hdr[flow.off..], op, flow.off)?;
+            if n > 0 && flow.off + n == HEADER_LEN {
+                check_header(&flow.hdr, peer, 0, len, op)?;
+            }
+            n
+        } else if flow.off < HEADER_LEN + len {
+            // SAFETY: the submitter keeps the buffer alive and unaliased
+            // until the job completes.
+            let Buf::Rw(dst) = (unsafe { job.buf.buf(false) }) else { unreachable!("receive buffers are writable") };
+            read_some(link, &mut dst[flow.off - HEADER_LEN..], op, flow.off)?
+        } else {
+            let mut skip = [0u8; 8];
+            read_some(link, &mut skip[..total - flow.off], op, flow.off)?
+        };
+        if n == 0 {
+            break;
+        }
+        *moved = true;
+        flow.off += n;
+    }
+    Ok(())
+}
