@@ -94,7 +94,9 @@ pub(crate) struct Job {
     io_ro: bool,
     out: RawBuf,
     pub timeout: Duration,
-    pub done: Arc<Completion>,
+    /// Where waiters learn the result (none for an inline run: its caller
+    /// gets the result directly).
+    pub done: Option<Arc<Completion>>,
 }
 
 impl Job {
@@ -122,6 +124,7 @@ pub(crate) struct Exec {
     pub links: Vec<Vec<Link>>,
     driver: Driver,
     plan: Plan,
+    plan_scratch: algo::Scratch,
     scratch: Vec<u64>,
 }
 
@@ -195,7 +198,13 @@ impl Shared {
             abort,
             sched: Mutex::new(Sched { queue: VecDeque::new(), busy: false, shutdown: false, seq: 0 }),
             sched_cv: Condvar::new(),
-            exec: Mutex::new(Exec { links, driver, plan: Plan::default(), scratch: Vec::new() }),
+            exec: Mutex::new(Exec {
+                links,
+                driver,
+                plan: Plan::default(),
+                plan_scratch: algo::Scratch::default(),
+                scratch: Vec::new(),
+            }),
             failure: Mutex::new(None),
             store: Mutex::new(store),
             store_addr,
@@ -230,8 +239,7 @@ impl Shared {
             Task::MonitoredBarrier { timeout, .. } => self.cfg.timeout.max(timeout + Duration::from_secs(5)),
             Task::Coll(_) => self.cfg.timeout,
         };
-        let done = Completion::new();
-        let job = Job {
+        let mut job = Job {
             task: req.task,
             fp: req.fp,
             seq,
@@ -240,12 +248,14 @@ impl Shared {
             io_ro: req.io_ro,
             out: req.out,
             timeout,
-            done: done.clone(),
+            done: None,
         };
         if sync && !s.busy && s.queue.is_empty() {
             s.busy = true;
             return Ok(Enqueued::Inline(job));
         }
+        let done = Completion::new();
+        job.done = Some(done.clone());
         s.queue.push_back(job);
         self.sched_cv.notify_all();
         Ok(Enqueued::Queued(done, seq))
@@ -263,7 +273,6 @@ impl Shared {
         match self.enqueue(req, true)? {
             Enqueued::Inline(job) => {
                 let r = self.execute(&job);
-                job.done.complete(r.clone());
                 self.finish_inline();
                 r
             }
@@ -303,7 +312,9 @@ impl Shared {
                 }
             };
             let r = self.execute(&job);
-            job.done.complete(r);
+            if let Some(d) = &job.done {
+                d.complete(r);
+            }
             self.finish_inline();
         }
     }
@@ -316,7 +327,9 @@ impl Shared {
         for job in s.queue.drain(..) {
             let e = Error::aborted(format!("the communicator was destroyed before {} #{} ran", job.fp.op, job.seq));
             self.fr.failed(job.record, &e.to_string(), Vec::new());
-            job.done.complete(Err(e));
+            if let Some(d) = &job.done {
+                d.complete(Err(e));
+            }
         }
         self.sched_cv.notify_all();
         s.busy
@@ -359,10 +372,10 @@ impl Shared {
 
     fn run_coll(&self, job: &Job, coll: Coll) -> Result<()> {
         let mut x = self.exec.lock();
-        let Exec { links, driver, plan, scratch } = &mut *x;
+        let Exec { links, driver, plan, plan_scratch, scratch } = &mut *x;
         let dtype = job.fp.dtype;
         let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
-        let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan);
+        let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan, plan_scratch);
         let words = prep.scratch_bytes.div_ceil(8);
         if scratch.len() < words {
             scratch.resize(words, 0);

@@ -135,6 +135,16 @@ pub(crate) enum Coll {
     Barrier,
 }
 
+/// Reusable memory for building plans, so that building one allocates
+/// nothing once warmed up.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Receives of the previous ring step, by segment and chunk.
+    last: Vec<Vec<Option<u32>>>,
+    /// Sends reading each reduce-scatter scratch slot, by chunk.
+    slot_readers: [Vec<u32>; 2],
+}
+
 /// Local work around a plan: what to copy before it runs, how much scratch
 /// it needs, and where an `Avg` reduction is divided afterwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -148,7 +158,7 @@ pub(crate) struct Prep {
 }
 
 /// Fills `plan` for `coll` on this rank and says what to do around it.
-pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut Plan) -> Prep {
+pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut Plan, scratch: &mut Scratch) -> Prep {
     plan.clear();
     let (r, n, esz) = (sh.rank, sh.n, sh.esz);
     let mut prep = Prep::default();
@@ -164,7 +174,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             if n > 1 {
                 match Algo::pick(count * esz, forced) {
                     Algo::Small => tree::all_reduce(plan, sh, count),
-                    Algo::Large => ring::all_reduce(plan, sh, count),
+                    Algo::Large => ring::all_reduce(plan, sh, count, scratch),
                 }
             }
             prep.avg = avg(op, elems(IO, 0, count, esz));
@@ -172,7 +182,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
         Coll::AllGather { per_rank } => {
             prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
             if n > 1 {
-                ring::all_gather(plan, sh, per_rank);
+                ring::all_gather(plan, sh, per_rank, scratch);
             }
         }
         Coll::ReduceScatter { per_rank, op } => {
@@ -180,7 +190,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
                 prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, 0, per_rank, esz)));
             } else {
                 prep.scratch_bytes = 2 * per_rank * esz;
-                ring::reduce_scatter(plan, sh, per_rank);
+                ring::reduce_scatter(plan, sh, per_rank, scratch);
             }
             prep.avg = avg(op, elems(OUT, 0, per_rank, esz));
         }

@@ -13,15 +13,20 @@
 //! Each segment is reduced by one rank and then copied everywhere, so every
 //! rank ends with bit-identical results.
 
-use super::{chunk_elems, chunks, elems, segment, Shape, IO, OUT, SCRATCH};
+use super::{chunk_elems, chunks, elems, segment, Scratch, Shape, IO, OUT, SCRATCH};
 use ringleader_transport::{Plan, RecvMode};
 
-/// Receives (by segment, chunk) of the previous step, for dependencies.
-struct LastRecv(Vec<Vec<Option<u32>>>);
+/// Receives (by segment, chunk) of the previous step, for dependencies,
+/// kept in reusable scratch so building a plan allocates nothing.
+struct LastRecv<'a>(&'a mut Vec<Vec<Option<u32>>>);
 
-impl LastRecv {
-    fn new(n: usize) -> LastRecv {
-        LastRecv(vec![Vec::new(); n])
+impl<'a> LastRecv<'a> {
+    fn new(n: usize, store: &'a mut Vec<Vec<Option<u32>>>) -> LastRecv<'a> {
+        if store.len() < n {
+            store.resize_with(n, Vec::new);
+        }
+        store.iter_mut().for_each(Vec::clear);
+        LastRecv(store)
     }
 
     fn get(&self, seg: usize, k: usize) -> Option<u32> {
@@ -38,10 +43,10 @@ impl LastRecv {
 }
 
 /// In-place ring all-reduce of `count` elements in [`IO`].
-pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize) {
+pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize, scratch: &mut Scratch) {
     let per = chunk_elems(count.div_ceil(sh.n), sh.esz);
-    let mut last = LastRecv::new(sh.n);
-    reduce_scatter_steps(plan, sh, count, per, Acc::InPlace, &mut last);
+    let mut last = LastRecv::new(sh.n, &mut scratch.last);
+    reduce_scatter_steps(plan, sh, count, per, Acc::InPlace, &mut last, &mut scratch.slot_readers);
     all_gather_steps(plan, sh, count, per, 1, IO, &mut last);
 }
 
@@ -58,7 +63,15 @@ enum Acc {
 
 /// The reduce-scatter half. In step `s` a rank sends segment `own - s` and
 /// receives segment `own - s - 1`, where it ends owning `own + 1`.
-fn reduce_scatter_steps(plan: &mut Plan, sh: Shape, count: usize, per: usize, acc: Acc, last: &mut LastRecv) {
+fn reduce_scatter_steps(
+    plan: &mut Plan,
+    sh: Shape,
+    count: usize,
+    per: usize,
+    acc: Acc,
+    last: &mut LastRecv<'_>,
+    slot_readers: &mut [Vec<u32>; 2],
+) {
     let n = sh.n;
     let shift: isize = match acc {
         Acc::InPlace => 0,
@@ -66,7 +79,7 @@ fn reduce_scatter_steps(plan: &mut Plan, sh: Shape, count: usize, per: usize, ac
     };
     // Sends reading each scratch slot, by chunk: a slot is refilled two
     // steps later, only once those sends are out.
-    let mut slot_readers: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+    slot_readers.iter_mut().for_each(Vec::clear);
     for s in 0..n - 1 {
         let send_seg = sh.rel(shift - s as isize);
         let (start, len) = segment(count, n, send_seg);
@@ -74,13 +87,15 @@ fn reduce_scatter_steps(plan: &mut Plan, sh: Shape, count: usize, per: usize, ac
             Acc::OutOfPlace { seg } if s > 0 => (SCRATCH, ((s - 1) % 2) * seg),
             _ => (IO, start),
         };
-        let mut readers = Vec::new();
+        if sbuf == SCRATCH {
+            slot_readers[(s - 1) % 2].clear();
+        }
         for (k, (off, l)) in chunks(len, per).enumerate() {
             let after = last.get(send_seg, k);
-            readers.push(plan.send(sh.chan(sh.right(), k), elems(sbuf, sbase + off, l, sh.esz), after));
-        }
-        if sbuf == SCRATCH {
-            slot_readers[(s - 1) % 2] = readers;
+            let idx = plan.send(sh.chan(sh.right(), k), elems(sbuf, sbase + off, l, sh.esz), after);
+            if sbuf == SCRATCH {
+                slot_readers[(s - 1) % 2].push(idx);
+            }
         }
         let recv_seg = sh.rel(shift - s as isize - 1);
         let (rstart, rlen) = segment(count, n, recv_seg);
@@ -111,7 +126,7 @@ fn all_gather_steps(
     per: usize,
     own_shift: isize,
     buf: u8,
-    last: &mut LastRecv,
+    last: &mut LastRecv<'_>,
 ) {
     let n = sh.n;
     for s in 0..n - 1 {
@@ -133,17 +148,18 @@ fn all_gather_steps(
 /// Out-of-place ring reduce-scatter: [`IO`] holds `n * per_rank` elements
 /// (read only), [`OUT`] receives this rank's `per_rank`, [`SCRATCH`] needs
 /// `2 * per_rank` elements.
-pub(crate) fn reduce_scatter(plan: &mut Plan, sh: Shape, per_rank: usize) {
+pub(crate) fn reduce_scatter(plan: &mut Plan, sh: Shape, per_rank: usize, scratch: &mut Scratch) {
     let per = chunk_elems(per_rank, sh.esz);
-    let mut last = LastRecv::new(sh.n);
-    reduce_scatter_steps(plan, sh, per_rank * sh.n, per, Acc::OutOfPlace { seg: per_rank }, &mut last);
+    let mut last = LastRecv::new(sh.n, &mut scratch.last);
+    let acc = Acc::OutOfPlace { seg: per_rank };
+    reduce_scatter_steps(plan, sh, per_rank * sh.n, per, acc, &mut last, &mut scratch.slot_readers);
 }
 
 /// Out-of-place ring all-gather: [`OUT`] holds `n * per_rank` elements and
 /// already has this rank's input copied into segment `rank`.
-pub(crate) fn all_gather(plan: &mut Plan, sh: Shape, per_rank: usize) {
+pub(crate) fn all_gather(plan: &mut Plan, sh: Shape, per_rank: usize, scratch: &mut Scratch) {
     let per = chunk_elems(per_rank, sh.esz);
-    let mut last = LastRecv::new(sh.n);
+    let mut last = LastRecv::new(sh.n, &mut scratch.last);
     all_gather_steps(plan, sh, per_rank * sh.n, per, 0, OUT, &mut last);
 }
 

@@ -38,7 +38,7 @@ fn simulate(
     for r in 0..n {
         let sh = Shape { rank: r, n, streams, esz: 8 };
         let mut plan = Plan::default();
-        let prep = schedule(coll(r), sh, forced, &mut plan);
+        let prep = schedule(coll(r), sh, forced, &mut plan, &mut Scratch::default());
         let mut bufs = vec![bytes(&input(r, io_len)), vec![0u8; out_len * 8], vec![0u8; prep.scratch_bytes]];
         if let Some((from, to)) = prep.copy {
             let src = bufs[from.buf as usize][from.off..from.off + from.len].to_vec();

@@ -42,15 +42,10 @@ pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize) {
 
 /// Children of virtual rank `v` in a binomial tree over `n` (largest
 /// subtree first): `v + d` for powers of two `d > v`.
-fn children(v: usize, n: usize) -> Vec<usize> {
-    let mut d = if v == 0 { 1 } else { pow2_floor(v) << 1 };
-    let mut c = Vec::new();
-    while v + d < n {
-        c.push(v + d);
-        d <<= 1;
-    }
-    c.reverse();
-    c
+fn children(v: usize, n: usize) -> impl DoubleEndedIterator<Item = usize> {
+    let first = if v == 0 { 1 } else { pow2_floor(v) << 1 };
+    let count = (0..usize::BITS).take_while(|&i| first.checked_shl(i).is_some_and(|d| v + d < n)).count();
+    (0..count).rev().map(move |i| v + (first << i))
 }
 
 /// Binomial-tree broadcast of [`IO`] from `root`.
@@ -75,7 +70,7 @@ pub(crate) fn reduce(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
     let real = |u: usize| (u + root) % n;
     let acc = elems(if v == 0 { IO } else { SCRATCH }, 0, count, sh.esz);
     let mut prev = None;
-    for c in children(v, n).into_iter().rev() {
+    for c in children(v, n).rev() {
         prev = Some(plan.recv(sh.chan(real(c), 0), acc, RecvMode::Reduce { with: None }, prev, None));
     }
     if v > 0 {

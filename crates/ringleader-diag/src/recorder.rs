@@ -122,8 +122,50 @@ pub struct FlightRecorder {
 
 #[derive(Debug)]
 struct Ring {
-    slots: Vec<Entry>,
+    slots: Vec<Slot>,
     next_id: u64,
+}
+
+/// What the ring keeps per operation: fixed-size, so recording one
+/// allocates nothing. [`Entry`] (with its strings and lists, for dumps) is
+/// built from it when someone reads the recorder.
+#[derive(Debug, Clone)]
+struct Slot {
+    record_id: u64,
+    seq: u64,
+    p2p_seq: u64,
+    fp: Fingerprint,
+    state: State,
+    created: u64,
+    started: Option<u64>,
+    completed: Option<u64>,
+    /// Set only when the operation failed (allocating is fine then).
+    failure: Option<Box<(String, Vec<Rank>)>>,
+}
+
+impl Slot {
+    fn entry(&self, timeout_ms: u64) -> Entry {
+        let (error, awaited) = match &self.failure {
+            Some(f) => (Some(f.0.clone()), f.1.clone()),
+            None => (None, Vec::new()),
+        };
+        Entry {
+            record_id: self.record_id,
+            collective_seq_id: self.seq,
+            p2p_seq_id: self.p2p_seq,
+            profiling_name: format!("ringleader:{}", self.fp.op),
+            fingerprint: self.fp,
+            input_sizes: vec![vec![self.fp.count]],
+            input_dtypes: vec![self.fp.dtype.torch_name().to_string()],
+            state: self.state,
+            time_created_ns: self.created,
+            time_discovered_started_ns: self.started,
+            time_discovered_completed_ns: self.completed,
+            timeout_ms,
+            awaited_peers: awaited,
+            error,
+        }
+    }
 }
 
 impl FlightRecorder {
@@ -158,32 +200,31 @@ impl FlightRecorder {
         if self.capacity == 0 {
             return id;
         }
-        let entry = Entry {
+        let entry = Slot {
             record_id: id,
-            collective_seq_id: seq,
-            p2p_seq_id: p2p_seq,
-            profiling_name: format!("ringleader:{}", fp.op),
-            fingerprint: fp,
-            input_sizes: vec![vec![fp.count]],
-            input_dtypes: vec![fp.dtype.torch_name().to_string()],
+            seq,
+            p2p_seq,
+            fp,
             state: State::Scheduled,
-            time_created_ns: now_ns(),
-            time_discovered_started_ns: None,
-            time_discovered_completed_ns: None,
-            timeout_ms: self.timeout_ms,
-            awaited_peers: Vec::new(),
-            error: None,
+            created: now_ns(),
+            started: None,
+            completed: None,
+            failure: None,
         };
         let slot = (id % self.capacity as u64) as usize;
         if slot < ring.slots.len() {
             ring.slots[slot] = entry;
         } else {
+            if ring.slots.capacity() == 0 {
+                // One allocation up front rather than doublings later.
+                ring.slots.reserve_exact(self.capacity.min(4096));
+            }
             ring.slots.push(entry);
         }
         id
     }
 
-    fn update(&self, id: u64, f: impl FnOnce(&mut Entry)) {
+    fn update(&self, id: u64, f: impl FnOnce(&mut Slot)) {
         if self.capacity == 0 {
             return;
         }
@@ -201,8 +242,8 @@ impl FlightRecorder {
         let ring = self.ring.lock();
         ring.slots
             .get((id % self.capacity as u64) as usize)
-            .filter(|e| e.record_id == id && !e.fingerprint.op.is_p2p())
-            .map(|e| e.collective_seq_id)
+            .filter(|e| e.record_id == id && !e.fp.op.is_p2p())
+            .map(|e| e.seq)
     }
 
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
@@ -215,7 +256,7 @@ impl FlightRecorder {
         }
         self.update(id, |e| {
             e.state = State::Started;
-            e.time_discovered_started_ns = Some(now_ns());
+            e.started = Some(now_ns());
         });
     }
 
@@ -234,7 +275,7 @@ impl FlightRecorder {
         p.running.store(0, Ordering::Release);
         self.update(id, |e| {
             e.state = State::Completed;
-            e.time_discovered_completed_ns = Some(now_ns());
+            e.completed = Some(now_ns());
         });
     }
 
@@ -249,9 +290,8 @@ impl FlightRecorder {
         self.progress.running.store(0, Ordering::Release);
         self.update(id, |e| {
             e.state = State::Failed;
-            e.time_discovered_completed_ns = Some(now_ns());
-            e.error = Some(error.to_string());
-            e.awaited_peers = awaited;
+            e.completed = Some(now_ns());
+            e.failure = Some(Box::new((error.to_string(), awaited)));
         });
     }
 
@@ -261,7 +301,7 @@ impl FlightRecorder {
         let mut v = ring.slots.clone();
         drop(ring);
         v.sort_by_key(|e| e.record_id);
-        v
+        v.iter().map(|s| s.entry(self.timeout_ms)).collect()
     }
 
     /// The entry with record id `id`, if still in the ring.
@@ -270,7 +310,10 @@ impl FlightRecorder {
             return None;
         }
         let ring = self.ring.lock();
-        ring.slots.get((id % self.capacity as u64) as usize).filter(|e| e.record_id == id).cloned()
+        ring.slots
+            .get((id % self.capacity as u64) as usize)
+            .filter(|e| e.record_id == id)
+            .map(|s| s.entry(self.timeout_ms))
     }
 }
 

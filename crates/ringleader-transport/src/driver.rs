@@ -487,7 +487,8 @@ impl Driver {
         awaited: &AtomicU64,
         streams: usize,
     ) -> Result<()> {
-        let mut fds = Vec::with_capacity(self.active.len() + 1);
+        // On the stack for up to 16 links: waiting allocates nothing.
+        let mut fds: smallvec::SmallVec<[PollFd<'_>; 16]> = smallvec::SmallVec::new();
         fds.push(PollFd::from_borrowed_fd(abort.fd(), PollFlags::IN));
         let mut waiting_for = 0u64;
         let mut shm_pending = false;
