@@ -1,0 +1,113 @@
+"""Loads libringleader through ctypes and declares the C ABI (ffi/include/ringleader.h).
+
+The library is looked for, in order: ``$RINGLEADER_LIBRARY`` (a path), then
+``libringleader.so`` inside this package (where ``pip install`` puts it).
+ctypes releases the GIL around every call, so other Python threads run while
+a collective blocks.
+"""
+
+import ctypes
+import os
+from ctypes import POINTER, c_bool, c_char_p, c_double, c_int, c_int64, c_size_t, c_void_p
+from pathlib import Path
+
+LIB_NAME = "libringleader.so"
+
+
+def _find() -> str:
+    explicit = os.environ.get("RINGLEADER_LIBRARY")
+    if explicit:
+        if not Path(explicit).exists():
+            raise ImportError(f"RINGLEADER_LIBRARY={explicit} does not exist")
+        return explicit
+    here = Path(__file__).resolve().parent / LIB_NAME
+    if here.exists():
+        return str(here)
+    raise ImportError(
+        f"{LIB_NAME} is not in {here.parent}; install the package with `pip install ./ffi/python` "
+        "(which builds it with cargo) or point RINGLEADER_LIBRARY at a built libringleader.so"
+    )
+
+
+class Config(ctypes.Structure):
+    """``rl_config``: explicit init parameters; unset fields come from the environment."""
+
+    _fields_ = [
+        ("rank", c_int64),
+        ("world_size", c_int64),
+        ("master_addr", c_char_p),
+        ("master_port", c_int),
+        ("store_addr", c_char_p),
+        ("run_id", c_char_p),
+        ("token", c_char_p),
+        ("timeout_s", c_double),
+        ("init_timeout_s", c_double),
+        ("stall_warn_s", c_double),
+        ("interrupt_on_sigint", c_int),
+    ]
+
+
+lib = ctypes.CDLL(_find())
+path = lib._name
+
+_P = c_void_p
+_PP = POINTER(c_void_p)
+_SIGNATURES = {
+    "rl_init_env": (c_int, [_PP]),
+    "rl_init": (c_int, [POINTER(Config), _PP]),
+    "rl_config_init": (None, [POINTER(Config)]),
+    "rl_comm_rank": (c_int64, [_P]),
+    "rl_comm_world_size": (c_int64, [_P]),
+    "rl_comm_timeout": (c_double, [_P]),
+    "rl_all_reduce": (c_int, [_P, _P, c_size_t, c_int, c_int, _PP]),
+    "rl_all_gather": (c_int, [_P, _P, c_size_t, _P, c_size_t, c_int, _PP]),
+    "rl_reduce_scatter": (c_int, [_P, _P, c_size_t, _P, c_size_t, c_int, c_int, _PP]),
+    "rl_broadcast": (c_int, [_P, _P, c_size_t, c_int, c_int64, _PP]),
+    "rl_reduce": (c_int, [_P, _P, c_size_t, c_int, c_int64, c_int, _PP]),
+    "rl_all_to_all": (c_int, [_P, _P, c_size_t, _P, c_size_t, c_int, _PP]),
+    "rl_send": (c_int, [_P, _P, c_size_t, c_int, c_int64, _PP]),
+    "rl_recv": (c_int, [_P, _P, c_size_t, c_int, c_int64, _PP]),
+    "rl_barrier": (c_int, [_P, _PP]),
+    "rl_monitored_barrier": (c_int, [_P, c_double, c_int, _PP]),
+    "rl_work_wait": (c_int, [_P, c_double]),
+    "rl_work_test": (c_int, [_P, POINTER(c_bool)]),
+    "rl_work_free": (None, [_P]),
+    "rl_comm_dump": (c_int, [_P, c_char_p, _PP]),
+    "rl_comm_flight_recorder_json": (c_int, [_P, _PP]),
+    "rl_string_free": (None, [_P]),
+    "rl_abort": (c_int, [_P, c_char_p]),
+    "rl_destroy": (c_int, [_P]),
+    "rl_version": (c_char_p, []),
+    "rl_error_kind_name": (c_char_p, [c_int]),
+    "rl_last_error_code": (c_int, []),
+    "rl_last_error_kind": (c_char_p, []),
+    "rl_last_error_message": (c_char_p, []),
+    "rl_last_error_ranks": (c_size_t, [POINTER(c_int64), c_size_t]),
+    "rl_last_error_seq": (c_int64, []),
+    "rl_last_error_op": (c_int, []),
+    "rl_op_name": (c_char_p, [c_int]),
+    "rl_store_start": (c_int, [c_char_p, c_char_p, c_char_p, _PP]),
+    "rl_store_port": (c_int, [_P]),
+    "rl_store_addr": (c_int, [_P, _PP]),
+    "rl_store_wait_idle": (c_int, [_P, c_double]),
+    "rl_store_free": (None, [_P]),
+}
+for _name, (_res, _args) in _SIGNATURES.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+
+
+def take_string(p: c_void_p) -> str:
+    """Copies a string returned by the library and frees it."""
+    if not p:
+        return ""
+    try:
+        return ctypes.string_at(p).decode("utf-8", "replace")
+    finally:
+        lib.rl_string_free(p)
+
+
+# Codes shared with the C header (rl_dtype, rl_reduce_op).
+F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}

@@ -1,0 +1,539 @@
+"""The PyTorch backend ``"ringleader"``.
+
+``import ringleader.torch`` registers it, after which unchanged PyTorch code
+runs on ringleader::
+
+    import ringleader.torch  # noqa: F401
+    import torch.distributed as dist
+    dist.init_process_group(backend="ringleader")   # env://: torchrun or `ringleader launch`
+
+and a hang ends in a ``RuntimeError`` subclass (:class:`ringleader.Error`)
+whose message is the verdict ("[missed-collective] rank 1 ... all_reduce #2").
+
+Where ringleader's store lives: under ``ringleader launch`` (which hosts a
+store and sets ``RINGLEADER_STORE_ADDR``) the default group joins that
+store. Otherwise, and for every sub-group (``dist.new_group``), the group's
+rank 0 starts a ringleader store on a free port of its own and publishes
+``host:port`` and a fresh run id under the key ``ringleader/store`` in the
+store torch hands to the backend (the group's PrefixStore over torch's
+TCPStore); the other ranks read it from there. ``host`` is the address this
+process uses to reach ``MASTER_ADDR`` (or torch's TCPStore host, or the host
+name). ringleader's store is never bound on ``MASTER_PORT``, where torch's
+own TCPStore lives.
+
+Timeouts: the ``timeout`` of ``init_process_group`` becomes ringleader's hard
+collective timeout, except torch's default of 30 minutes, which means "not
+given": then ``RINGLEADER_TIMEOUT`` or ringleader's default (600 s) applies.
+"""
+
+import atexit
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import uuid
+import weakref
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _CBackend
+
+import ringleader
+
+from . import Work as _RLWork
+
+__all__ = ["RingleaderBackend", "communicator", "BACKEND"]
+
+BACKEND = "ringleader"
+STORE_KEY = "ringleader/store"
+_STORE_LINGER_S = 10.0
+
+try:
+    from torch.distributed.constants import default_pg_timeout as _TORCH_DEFAULT_TIMEOUT
+except ImportError:  # pragma: no cover
+    _TORCH_DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+
+_launcher_store_taken = False
+_backends: "weakref.WeakSet[RingleaderBackend]" = weakref.WeakSet()
+_lock = threading.Lock()
+
+
+def _reduce_op(red) -> str:
+    """torch's ReduceOp (or RedOpType) to ringleader's op name."""
+    R = dist.ReduceOp
+    for name, value in (("sum", R.SUM), ("prod", R.PRODUCT), ("min", R.MIN), ("max", R.MAX), ("avg", R.AVG)):
+        if red == value:
+            return name
+    raise ValueError(f"reduce op {red} is not supported by ringleader (SUM, PRODUCT, MIN, MAX, AVG are)")
+
+
+def _route_host(host: str, port: int) -> Optional[str]:
+    """The local address on the route to host:port (no packet is sent)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family[0], socket.SOCK_DGRAM) as s:
+            s.connect(family[4])
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _reachable_host(store) -> str:
+    """An address of this process that the group's other ranks can reach."""
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "29500")
+    if not host:
+        s = store
+        while hasattr(s, "underlying_store"):
+            s = s.underlying_store
+        if isinstance(s, dist.TCPStore):
+            host, port = s.host, s.port
+    if host:
+        local = _route_host(host, int(port or 29500))
+        if local:
+            return local
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _is_world(rank: int, size: int) -> bool:
+    env = os.environ
+    return env.get("WORLD_SIZE") == str(size) and env.get("RANK") == str(rank)
+
+
+def _ringleader_timeout(timeout) -> Optional[datetime.timedelta]:
+    if timeout is None or timeout == _TORCH_DEFAULT_TIMEOUT or timeout.total_seconds() <= 0:
+        return None
+    return timeout
+
+
+def _connect(store, rank: int, size: int, timeout):
+    """Joins (or hosts, as group rank 0) the group's ringleader store; returns (group, own store)."""
+    global _launcher_store_taken
+    t = _ringleader_timeout(timeout)
+    with _lock:
+        use_launcher = bool(os.environ.get("RINGLEADER_STORE_ADDR")) and not _launcher_store_taken
+        use_launcher = use_launcher and _is_world(rank, size)
+        if use_launcher:
+            _launcher_store_taken = True
+    if use_launcher:
+        # `ringleader launch` hosts the job's store and tracks every rank's liveness there.
+        return ringleader.init(rank=rank, world_size=size, timeout=t), None
+    own = None
+    if rank == 0:
+        run_id = f"torch-{uuid.uuid4().hex[:16]}"
+        own = ringleader.Store("0.0.0.0:0", run_id=run_id, token=os.environ.get("RINGLEADER_TOKEN") or None)
+        host = _reachable_host(store)
+        if ":" in host:
+            host = f"[{host}]"
+        store.set(STORE_KEY, json.dumps({"addr": f"{host}:{own.port}", "run_id": run_id}))
+    info = json.loads(store.get(STORE_KEY))
+    try:
+        pg = ringleader.init(rank=rank, world_size=size, timeout=t, store_addr=info["addr"], run_id=info["run_id"])
+    except BaseException:
+        if own is not None:
+            own.close()
+        raise
+    if rank == 0:
+        # Every rank has joined, so every rank has read the key: a later group
+        # under the same prefix (init after destroy) must not find it.
+        try:
+            store.delete_key(STORE_KEY)
+        except Exception:
+            pass
+    return pg, own
+
+
+class _Completer:
+    """One thread per backend that completes futures in order (operations end in submission order)."""
+
+    def __init__(self):
+        import queue
+
+        self._q = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="ringleader-futures", daemon=True)
+        self._thread.start()
+
+    def add(self, work: "_TorchWork"):
+        self._q.put(work)
+
+    def _run(self):
+        while True:
+            w = self._q.get()
+            w._complete_future()
+
+
+class _TorchWork(dist._Work):
+    """torch's Work over a ringleader work (``wait``, ``is_completed``, ``get_future``)."""
+
+    def __init__(self, work: Optional[_RLWork], result: List[torch.Tensor], backend: "RingleaderBackend"):
+        super().__init__()
+        self._w = work
+        self._result = result
+        self._backend = backend
+        self._fut = None
+        self._fut_lock = threading.Lock()
+
+    def wait(self, timeout=None) -> bool:
+        limit = None
+        if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+            limit = timeout
+        if self._w is not None:
+            self._w.wait(limit)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._w is None or self._w.is_completed()
+
+    def is_success(self) -> bool:
+        return self._w is None or self._w.is_success()
+
+    def exception(self):
+        return None if self._w is None else self._w.exception()
+
+    def result(self) -> List[torch.Tensor]:
+        return self._result
+
+    def synchronize(self):
+        pass
+
+    def get_future(self) -> torch.futures.Future:
+        with self._fut_lock:
+            if self._fut is None:
+                self._fut = torch.futures.Future()
+                if self.is_completed():
+                    self._complete_future()
+                else:
+                    self._backend._completer().add(self)
+            return self._fut
+
+    def _complete_future(self):
+        fut = self._fut
+        if fut is None or fut.done():
+            return
+        try:
+            self.wait()
+        except BaseException as e:  # noqa: B902 - handed to the future's waiter
+            fut.set_exception(e)
+            return
+        fut.set_result(self._result)
+
+
+def _merge(works: List[_RLWork]) -> _RLWork:
+    """One ringleader Work over several (coalesced calls)."""
+    if len(works) == 1:
+        return works[0]
+    thens = [w._then for w in works if w._then is not None]
+
+    def then():
+        for t in thens:
+            t()
+
+    merged = _RLWork([h for w in works for h in w._handles], [w._keep for w in works], then if thens else None)
+    for w in works:  # the merged work owns the handles now
+        w._handles, w._then, w._done = [], None, True
+    return merged
+
+
+def _staged(t: torch.Tensor):
+    """(buffer to operate on, copy-back or None): a contiguous stand-in for a non-contiguous tensor."""
+    if t.is_contiguous():
+        return t, None
+    tmp = t.contiguous()
+    return tmp, (lambda: t.copy_(tmp))
+
+
+def _then(work: _RLWork, fn):
+    """Runs ``fn`` after ``work`` succeeds (and after any copy-back it has)."""
+    prev = work._then
+
+    def both():
+        if prev is not None:
+            prev()
+        fn()
+
+    work._then = both
+    return work
+
+
+class RingleaderBackend(_CBackend):
+    """A torch ``Backend`` whose collectives run on a ringleader process group.
+
+    Created by torch through :func:`torch.distributed.init_process_group` or
+    ``new_group`` with ``backend="ringleader"``; not meant to be built by hand.
+    """
+
+    def __init__(self, store, rank: int, size: int, timeout):
+        super().__init__(rank, size)
+        self._rl, self._store = _connect(store, rank, size, timeout)
+        self._futures: Optional[_Completer] = None
+        self._closed = False
+        with _lock:
+            _backends.add(self)
+
+    # -- identity and capabilities ------------------------------------------
+    # torch reads these through Python attribute lookup; left to the C++
+    # base class, the lookup recurses (torch 2.15), so each is spelled out.
+
+    supports_coalescing = property(lambda self: False)
+    supports_splitting = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
+    _supports_time_estimate = property(lambda self: False)
+
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return BACKEND
+
+    def name(self) -> str:
+        return BACKEND
+
+    @property
+    def group(self) -> ringleader.ProcessGroup:
+        """The ringleader process group behind this backend (flight_recorder(), dump())."""
+        return self._rl
+
+    def _completer(self) -> _Completer:
+        with _lock:
+            if self._futures is None:
+                self._futures = _Completer()
+            return self._futures
+
+    def _wrap(self, work, result) -> _TorchWork:
+        return _TorchWork(work, result, self)
+
+    # -- in-place collectives -------------------------------------------------
+
+    def _inplace(self, tensors, run) -> _TorchWork:
+        works = []
+        for t in tensors:
+            buf, back = _staged(t)
+            w = run(buf)
+            if back is not None:
+                _then(w, back)
+            works.append(w)
+        return self._wrap(_merge(works), list(tensors))
+
+    def allreduce(self, tensors, opts=None):
+        op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        return self._inplace(tensors, lambda b: self._rl.all_reduce(b, op=op, async_op=True))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts):
+        root = opts.rootRank
+        return self._inplace(tensors, lambda b: self._rl.broadcast(b, root=root, async_op=True))
+
+    def reduce(self, tensors, opts):
+        root, op = opts.rootRank, _reduce_op(opts.reduceOp)
+        return self._inplace(tensors, lambda b: self._rl.reduce(b, root=root, op=op, async_op=True))
+
+    # -- gathers and scatters -------------------------------------------------
+
+    def _gather_into(self, out: torch.Tensor, inp: torch.Tensor) -> _RLWork:
+        buf, back = _staged(out)
+        w = self._rl.all_gather(buf, inp.contiguous(), async_op=True)
+        return _then(w, back) if back is not None else w
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._wrap(self._gather_into(output, input), [output])
+
+    def _allgather_base(self, output, input, opts=None):
+        return self.all_gather_single(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._wrap(_merge([self._gather_into(o, i) for o, i in zip(outputs, inputs)]), list(outputs))
+
+    def _gather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> _RLWork:
+        flat = torch.empty((len(outs), inp.numel()), dtype=inp.dtype)
+        w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
+
+        def scatter_back():
+            for r, o in enumerate(outs):
+                o.copy_(flat[r].view_as(o))
+
+        return _then(w, scatter_back)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        works = [self._gather_list(outs, inp) for outs, inp in zip(output_lists, inputs)]
+        return self._wrap(_merge(works), [t for outs in output_lists for t in outs])
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self.allgather(output_lists, inputs, opts)
+
+    def _reduce_scatter_into(self, out, inp, op) -> _RLWork:
+        buf, back = _staged(out)
+        w = self._rl.reduce_scatter(buf, inp.contiguous(), op=op, async_op=True)
+        return _then(w, back) if back is not None else w
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        return self._wrap(self._reduce_scatter_into(output, input, op), [output])
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self.reduce_scatter_single(output, input, opts)
+
+    def reduce_scatter_tensor(self, output, input, opts=None):
+        return self.reduce_scatter_single(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        works = [self._reduce_scatter_into(o, i, op) for o, i in zip(outputs, inputs)]
+        return self._wrap(_merge(works), list(outputs))
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        works = []
+        for out, ins in zip(outputs, input_lists):
+            flat = torch.cat([t.reshape(-1) for t in ins])
+            works.append(self._reduce_scatter_into(out, flat, op))
+        return self._wrap(_merge(works), list(outputs))
+
+    def alltoall(self, outputs, inputs, opts=None):
+        sizes = {t.numel() for t in list(outputs) + list(inputs)}
+        if len(sizes) > 1:
+            raise ValueError("ringleader's all_to_all needs equal-sized tensors for every rank")
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        flat_out = torch.empty_like(flat_in)
+        w = self._rl.all_to_all(flat_out, flat_in, async_op=True)
+        n = flat_in.numel() // max(1, len(outputs))
+
+        def split_back():
+            for r, o in enumerate(outputs):
+                o.copy_(flat_out[r * n : (r + 1) * n].view_as(o))
+
+        return self._wrap(_then(w, split_back), list(outputs))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        world = self.size()
+        for name, splits, t in (("output", output_split_sizes, output), ("input", input_split_sizes, input)):
+            if splits and len(set(splits)) > 1:
+                raise ValueError(f"ringleader's all_to_all needs equal {name} splits, got {list(splits)}")
+            if splits and sum(splits) != t.size(0):
+                raise ValueError(f"{name} splits {list(splits)} do not add up to {t.size(0)}")
+        if input.numel() % world:
+            raise ValueError(f"all_to_all: {input.numel()} elements do not split evenly over {world} ranks")
+        buf, back = _staged(output)
+        w = self._rl.all_to_all(buf, input.contiguous(), async_op=True)
+        return self._wrap(_then(w, back) if back is not None else w, [output])
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def gather(self, output_lists, inputs, opts):
+        root = opts.rootRank
+        inp = inputs[0]
+        flat = torch.empty((self.size(), inp.numel()), dtype=inp.dtype)
+        w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
+        outs = output_lists[0] if output_lists else []
+
+        def copy_out():
+            if self.rank() == root:
+                for r, o in enumerate(outs):
+                    o.copy_(flat[r].view_as(o))
+
+        return self._wrap(_then(w, copy_out), list(outs))
+
+    def scatter(self, outputs, input_lists, opts):
+        root, out = opts.rootRank, outputs[0]
+        if self.rank() == root:
+            flat = torch.cat([t.reshape(-1) for t in input_lists[0]])
+        else:
+            flat = torch.empty(self.size() * out.numel(), dtype=out.dtype)
+        w = self._rl.broadcast(flat, root=root, async_op=True)
+        n, r = out.numel(), self.rank()
+        return self._wrap(_then(w, lambda: out.copy_(flat[r * n : (r + 1) * n].view_as(out))), [out])
+
+    # -- point to point and barriers -------------------------------------------
+
+    def send(self, tensors, dst_rank, tag=0):
+        works = [self._rl.send(t.contiguous(), dst_rank, async_op=True) for t in tensors]
+        return self._wrap(_merge(works), list(tensors))
+
+    def recv(self, tensors, src_rank, tag=0):
+        return self._inplace(tensors, lambda b: self._rl.recv(b, src_rank, async_op=True))
+
+    def recv_anysource(self, tensors, tag=0):
+        raise ValueError("ringleader does not support recv from any source; name the source rank")
+
+    def barrier(self, opts=None):
+        return self._wrap(self._rl.barrier(async_op=True), [])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        timeout = getattr(opts, "timeout", None)
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+            timeout = None
+        self._rl.monitored_barrier(timeout=timeout, wait_all_ranks=bool(wait_all_ranks))
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def abort(self):
+        try:
+            self._rl.abort("torch aborted the process group")
+        finally:
+            self.shutdown()
+
+    def shutdown(self):
+        """Leaves the job cleanly; the rank hosting the store keeps it until the others left."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._rl.destroy()
+        finally:
+            if self._store is not None:
+                try:
+                    self._linger()
+                finally:
+                    self._store.close()
+                    self._store = None
+
+
+    def _linger(self):
+        """Keeps the store this rank hosts until every rank left (at most the
+        collective timeout): closing it earlier would cut off ranks still at work."""
+        if self._store.wait_idle(2.0):
+            return
+        limit = max(_STORE_LINGER_S, self._rl.timeout)
+        print(
+            f"[ringleader rank {self.rank()}] hosting the store of this group: waiting up to {limit:.0f} s "
+            "for the other ranks to leave",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._store.wait_idle(limit)
+
+
+def _create(store, rank, size, timeout):
+    return RingleaderBackend(store, rank, size, timeout)
+
+
+def communicator(group=None) -> ringleader.ProcessGroup:
+    """The ringleader process group behind a torch group (default: the world),
+    for ``flight_recorder()`` and ``dump()``."""
+    pg = group if group is not None else dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, RingleaderBackend):
+        raise ValueError(f"the group's CPU backend is {type(backend).__name__}, not ringleader")
+    return backend.group
+
+
+@atexit.register
+def _shutdown_live_backends():
+    """Backends still alive at exit leave cleanly (peers read "left"), and store hosts linger for the others."""
+    with _lock:
+        live = list(_backends)
+    for b in live:
+        try:
+            b.shutdown()
+        except Exception:
+            pass
+
+
+if BACKEND not in dist.Backend.backend_list:
+    dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])

@@ -1,0 +1,97 @@
+"""Builds libringleader (the Rust C ABI in ../) with cargo and ships it
+inside the package, so `pip install ./ffi/python` works on a machine with a
+Rust toolchain and nothing else prepared.
+
+Environment:
+  CARGO               cargo to run (default: cargo on PATH)
+  CARGO_TARGET_DIR    honoured, as cargo does
+  RINGLEADER_PREBUILT path to an already built libringleader.so to ship
+                      instead of building (for packagers)
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+HERE = Path(__file__).resolve().parent
+CRATE = HERE.parent  # ffi/
+LIB = "libringleader.so"
+
+
+def _workspace_target_dir() -> Path:
+    if os.environ.get("CARGO_TARGET_DIR"):
+        return Path(os.environ["CARGO_TARGET_DIR"])
+    out = subprocess.run(
+        [os.environ.get("CARGO", "cargo"), "metadata", "--format-version", "1", "--no-deps"],
+        cwd=CRATE, check=True, capture_output=True, text=True,
+    ).stdout
+    import json
+
+    return Path(json.loads(out)["target_directory"])
+
+
+def _build_library() -> Path:
+    prebuilt = os.environ.get("RINGLEADER_PREBUILT")
+    if prebuilt:
+        return Path(prebuilt)
+    cargo = os.environ.get("CARGO", "cargo")
+    if shutil.which(cargo) is None:
+        raise SystemExit(
+            "building ringleader needs a Rust toolchain: `cargo` was not found on PATH "
+            "(install it from https://rustup.rs, or set RINGLEADER_PREBUILT to a built libringleader.so)"
+        )
+    subprocess.run([cargo, "build", "--release", "-p", "ringleader-ffi"], cwd=CRATE, check=True)
+    lib = _workspace_target_dir() / "release" / LIB
+    if not lib.exists():
+        raise SystemExit(f"cargo finished but {lib} is missing")
+    return lib
+
+
+class BuildWithCargo(build_py):
+    """build_py that first builds libringleader.so and copies it into the package."""
+
+    def run(self):
+        lib = _build_library()
+        super().run()
+        dest = Path(self.build_lib) / "ringleader" / LIB
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lib, dest)
+
+
+class BinaryDistribution(Distribution):
+    """The wheel holds a native library: tag it for this platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # pragma: no cover - setuptools < 70.1
+    try:
+        from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+    except ImportError:
+        _bdist_wheel = None
+
+cmdclass = {"build_py": BuildWithCargo}
+if _bdist_wheel is not None:
+
+    class BdistWheel(_bdist_wheel):
+        """Platform wheel, independent of the Python version (ctypes, no extension module)."""
+
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = False
+
+        def get_tag(self):
+            _, _, plat = super().get_tag()
+            return "py3", "none", plat
+
+    cmdclass["bdist_wheel"] = BdistWheel
+
+setup(cmdclass=cmdclass, distclass=BinaryDistribution)

@@ -1,0 +1,94 @@
+"""Hangs and failures through the Python API: the error class, its fields
+(.kind, .ranks, .seq, .op) and how fast it arrives; Ctrl-C interrupting a
+blocked collective; explicit init without torchrun's variables."""
+
+import json
+import os
+import signal
+import time
+
+from conftest import PYTHON, SCRIPTS, Job, _start, base_env, free_port, run, spawn
+
+
+def error_of(proc):
+    for _, line in proc.lines:
+        if line.startswith("ERROR "):
+            return json.loads(line[6:])
+    return None
+
+
+def test_skipped_collective_names_rank_and_op():
+    job = run("failures.py", args=["skip"], limit=60)
+    err = error_of(job[0])
+    assert err, job.report()
+    assert err["cls"] == "MissedCollectiveError" and err["kind"] == "missed-collective", err
+    assert err["ranks"] == [1] and err["op"] == "all_reduce" and err["seq"] == 2, err
+    assert err["is_runtime_error"], err
+    assert err["message"].startswith("[missed-collective]") and "rank 1" in err["message"], err
+    assert err["elapsed"] < 5, f"took {err['elapsed']:.1f} s, the timeout is 20 s"
+    assert job[0].code == 3 and job[1].code == 0, job.report()
+
+
+def test_async_wait_raises_the_verdict():
+    job = run("failures.py", args=["async_skip"], limit=60)
+    err = error_of(job[0])
+    assert err and err["kind"] == "missed-collective" and err["ranks"] == [1], job.report()
+
+
+def test_mismatched_shapes_fail_at_once():
+    job = run("failures.py", args=["mismatch"], limit=60)
+    errs = [error_of(p) for p in job.procs]
+    assert all(errs), job.report()
+    for e in errs:
+        assert e["cls"] == "MismatchError" and e["kind"] == "mismatch" and e["op"] == "all_reduce", e
+        assert e["elapsed"] < 5, e
+
+
+def test_killed_rank_is_peer_died():
+    job = run("failures.py", args=["killed"], limit=60)
+    err = error_of(job[0])
+    assert err, job.report()
+    assert err["cls"] == "PeerDiedError" and err["ranks"] == [1], err
+    assert err["elapsed"] < 5, err
+    assert job[1].code == -signal.SIGKILL
+
+
+def test_ctrl_c_interrupts_a_blocked_collective():
+    job = spawn("failures.py", args=["sigint"], limit=60)
+    deadline = time.monotonic() + 30
+    while job[0].first("BLOCKING") is None:
+        assert time.monotonic() < deadline, job.report()
+        time.sleep(0.05)
+    time.sleep(0.5)  # let it enter the all_reduce
+    sent = time.monotonic() - job.start
+    os.kill(job[0].popen.pid, signal.SIGINT)
+    job.finish()
+    got = job[0].first("KEYBOARD_INTERRUPT")
+    assert got is not None, job.report()
+    assert got - sent < 3, f"KeyboardInterrupt {got - sent:.1f} s after SIGINT"
+    assert job[0].code == 4, job.report()
+
+
+def test_explicit_init_with_a_python_hosted_store():
+    port = free_port()
+    start = time.monotonic()
+    procs = [_start([PYTHON, str(SCRIPTS / "explicit_init.py"), str(r), "3", str(port)], base_env(), f"rank {r}", start)
+             for r in range(3)]
+    job = Job(procs, 60, start).finish()
+    job.assert_ok()
+    for r, p in enumerate(job.procs):
+        assert f"OK rank {r} of 3" in p.text, job.report()
+
+
+def test_init_errors_are_typed():
+    env = base_env({"RANK": "0", "WORLD_SIZE": "two", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
+    code = (
+        "import ringleader\n"
+        "try:\n"
+        "    ringleader.init()\n"
+        "except ringleader.InvalidArgumentError as e:\n"
+        "    print('KIND', e.kind, 'WORLD_SIZE' in str(e), isinstance(e, ValueError))\n"
+    )
+    start = time.monotonic()
+    job = Job([_start([PYTHON, "-c", code], env, "init", start)], 30, start).finish()
+    assert "KIND invalid-argument True True" in job[0].text, job.report()
