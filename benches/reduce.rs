@@ -3,6 +3,7 @@
 //! to vectorize shows up as a fraction of memcpy's bandwidth.
 //!
 //! `cargo bench --bench reduce`
+#![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringleader_core::reduce::reduce_bytes;

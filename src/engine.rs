@@ -265,7 +265,11 @@ impl Shared {
     pub(crate) fn finish_inline(&self) {
         let mut s = self.sched.lock();
         s.busy = false;
-        self.sched_cv.notify_all();
+        // Wake the engine thread only if work queued up meanwhile: waking an
+        // idle engine after every call costs a context switch each time.
+        if !s.queue.is_empty() {
+            self.sched_cv.notify_all();
+        }
     }
 
     /// Runs a synchronous operation to completion.

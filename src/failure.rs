@@ -193,7 +193,8 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
             .map(|r| keys::snapshot(r.rank))
             .collect();
         let now = Instant::now();
-        if missing.is_empty() || now >= deadline || store.try_get(keys::VERDICT)?.is_some() {
+        let endings_due = vanished_without_ending(store, &status)?;
+        if (missing.is_empty() && !endings_due) || now >= deadline || store.try_get(keys::VERDICT)?.is_some() {
             return Ok(status);
         }
         // Snapshots are overwritten in place, so poll rather than wait for
@@ -213,6 +214,19 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
             }
         }
     }
+}
+
+/// Whether a rank vanished whose launcher (one runs: it announced itself)
+/// has not yet recorded how it ended; worth a moment's wait, since "killed
+/// by signal 9 (SIGKILL, OOM killer)" is the most useful line of a verdict.
+fn vanished_without_ending(store: &mut StoreClient, status: &JobStatus) -> Result<bool, Error> {
+    let vanished: Vec<String> =
+        status.ranks.iter().filter(|r| r.liveness == StoreLiveness::Vanished).map(|r| keys::exit(r.rank)).collect();
+    if vanished.is_empty() || store.try_get(keys::LAUNCHER)?.is_none() {
+        return Ok(false);
+    }
+    let refs: Vec<&str> = vanished.iter().map(String::as_str).collect();
+    Ok(!store.check(&refs)?)
 }
 
 /// Everything the store knows about the job, as verdict evidence.

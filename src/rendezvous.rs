@@ -2,17 +2,29 @@
 //!
 //! Rank 0 hosts the store unless a launcher already does. Every rank opens
 //! its member connection (the one whose life stands for the rank's), listens
-//! for data connections, registers its host, pid, version and data address,
-//! and waits for every other rank's registration, checking on the way that
-//! the registrations agree ([`validate`], sans-IO). Then the full mesh of
-//! data connections is built, which doubles as the data-plane preflight: a
-//! port that cannot be reached is named here, not discovered by a hang.
+//! for data connections, registers its host, pid, version, data address and
+//! how it resolved MASTER_ADDR, and waits for every other rank's
+//! registration, checking on the way that the registrations agree
+//! ([`validate`], sans-IO). A process the store refused as a duplicate rank
+//! leaves a note ([`keys::conflict`]) so the ranks waiting for the rest of
+//! the job fail with `duplicate-rank` too.
+//!
+//! Then the full mesh of data connections is built, which doubles as the
+//! data-plane preflight: every rank publishes its outcome (the pairs it could
+//! not connect, [`keys::mesh`]) and gathers the others', bounded, so a
+//! blocked port is named here, by every rank alike ([`preflight_verdict`],
+//! sans-IO), not discovered by a hang. The time left after the registrations
+//! is split between building the mesh and gathering ([`split_mesh_time`]), so
+//! the error comes within the init timeout.
 
 use crate::log;
-use ringleader_core::{Config, Error, Member, Rank, Result};
+use ringleader_core::error::{fmt_ranks, Unreachable};
+use ringleader_core::{Config, Error, ErrorKind, Member, Rank, Result};
 use ringleader_store::{keys, ClientOptions, ServerOptions, StoreClient, StoreServer};
 use ringleader_transport::{DataListener, ListenOptions, Mesh, MeshOptions};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// What each rank registers at the store.
@@ -26,12 +38,52 @@ pub(crate) struct PeerInfo {
     pub data_addr: String,
     /// Identifies the booted kernel: ranks with equal host and boot id share memory.
     pub boot_id: String,
+    /// MASTER_ADDR as this rank was given it.
+    #[serde(default)]
+    pub master_addr: String,
+    /// The addresses MASTER_ADDR resolves to on this rank's host, sorted
+    /// (empty when it does not resolve).
+    #[serde(default)]
+    pub master_ips: Vec<String>,
 }
 
 impl PeerInfo {
     fn member(&self) -> Member {
         Member { rank: self.rank, host: self.host.clone(), pid: self.pid, world_size: self.world_size }
     }
+
+    /// Whether both run on one host (same name, same booted kernel).
+    fn same_host(&self, other: &PeerInfo) -> bool {
+        self.host == other.host && self.boot_id == other.boot_id
+    }
+}
+
+/// What a rank publishes after trying to build its mesh ([`keys::mesh`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MeshOutcome {
+    pub rank: Rank,
+    /// The pairs it could not connect (as connector or acceptor); empty on success.
+    pub pairs: Vec<Unreachable>,
+    /// A failure of another kind (`foreign-run`, `auth-failed`, ...), as its message.
+    pub error: Option<String>,
+}
+
+impl MeshOutcome {
+    fn of(rank: Rank, result: &Result<Mesh>) -> MeshOutcome {
+        match result {
+            Ok(_) => MeshOutcome { rank, pairs: Vec::new(), error: None },
+            Err(Error::DataPortsUnreachable { pairs, .. }) => MeshOutcome { rank, pairs: pairs.clone(), error: None },
+            Err(e) => MeshOutcome { rank, pairs: Vec::new(), error: Some(e.to_string()) },
+        }
+    }
+}
+
+/// A rank the store refused because another process holds it ([`keys::conflict`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Conflict {
+    rank: Rank,
+    first: String,
+    second: String,
 }
 
 /// A joined job: the store, the peers and the data connections.
@@ -70,8 +122,14 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
     let deadline = start + cfg.init_timeout;
     let server = host_store_if_needed(cfg)?;
     let store_addr = cfg.store_endpoint();
-    let mut member =
-        StoreClient::connect(&store_addr, client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size))?;
+    let member_opts = client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size);
+    let mut member = match StoreClient::connect(&store_addr, member_opts) {
+        Ok(m) => m,
+        Err(e) => {
+            record_conflict(cfg, &store_addr, &e);
+            return Err(e);
+        }
+    };
     let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
@@ -86,12 +144,76 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
         version: cfg.advertised_version.clone(),
         data_addr: listener.addr().to_string(),
         boot_id: boot_id(),
+        master_addr: cfg.master_addr.clone(),
+        master_ips: resolve_ips(&cfg.master_addr),
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     let peers = wait_for_all(&mut aux, cfg, &me, deadline, abort)?;
     validate(&peers, cfg.rank)?;
+    if let Some(note) = resolution_note(&peers) {
+        // One line per host: from the lowest rank there.
+        if peers.iter().filter(|p| p.same_host(&me)).all(|p| p.rank >= me.rank) {
+            log::warn(cfg.rank, &note);
+        }
+    }
+    let mesh = preflight(&mut aux, listener, &peers, cfg, deadline, abort)?;
+    // The member connection is the rank's life line from here on.
+    let _ = member.heartbeat(&[]);
+    Ok(Joined { server, member, aux, peers, mesh, store_addr })
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))
+}
+
+/// The addresses `host` resolves to here, sorted; empty when it does not.
+fn resolve_ips(host: &str) -> Vec<String> {
+    let mut ips: Vec<String> = (host.trim_matches(['[', ']']), 0u16)
+        .to_socket_addrs()
+        .map(|a| a.map(|a| a.ip().to_string()).collect())
+        .unwrap_or_default();
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+/// After the store refused us as a duplicate rank: leave a note for the
+/// ranks that wait for the rest of the job (best effort, bounded).
+fn record_conflict(cfg: &Config, store_addr: &str, e: &Error) {
+    let Error::DuplicateRank { rank, first, second } = e else {
+        return;
+    };
+    let mut opts = client_options(cfg, Duration::from_secs(2));
+    opts.op_timeout = Duration::from_secs(2);
+    if let Ok(mut c) = StoreClient::connect(store_addr, opts) {
+        let note = Conflict { rank: *rank, first: first.clone(), second: second.clone() };
+        let _ = c.set(&keys::conflict(*rank), &serde_json::to_vec(&note).unwrap_or_default());
+    }
+}
+
+/// Splits the time left after the registrations into building the mesh and
+/// gathering every rank's outcome: the gather window is a fifth of it
+/// (200 ms to 3 s), the mesh gets the rest (at most 30 s).
+pub(crate) fn split_mesh_time(left: Duration) -> (Duration, Duration) {
+    let gather = (left / 5).clamp(Duration::from_millis(200), Duration::from_secs(3));
+    let mesh = left.saturating_sub(gather).clamp(Duration::from_millis(500), Duration::from_secs(30));
+    (mesh, gather)
+}
+
+/// Builds the mesh, publishes this rank's outcome, gathers the others'
+/// (bounded) and fails, on every rank alike, when any pair failed.
+fn preflight(
+    store: &mut StoreClient,
+    listener: DataListener,
+    peers: &[PeerInfo],
+    cfg: &Config,
+    deadline: Instant,
+    abort: &ringleader_core::AbortSignal,
+) -> Result<Mesh> {
+    let (mesh_time, gather_time) = split_mesh_time(remaining(deadline));
     let addrs: Vec<String> = peers.iter().map(|p| p.data_addr.clone()).collect();
-    let mesh = Mesh::establish(
+    let started = Instant::now();
+    let result = Mesh::establish(
         listener,
         &addrs,
         &MeshOptions {
@@ -100,17 +222,137 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
             streams: cfg.streams,
             run_id: cfg.run_id.clone(),
             token: cfg.token.clone(),
-            timeout: remaining(deadline).min(Duration::from_secs(30)).max(Duration::from_secs(1)),
+            timeout: mesh_time,
         },
         abort,
-    )?;
-    // The member connection is the rank's life line from here on.
-    let _ = member.heartbeat(&[]);
-    Ok(Joined { server, member, aux, peers, mesh, store_addr })
+    );
+    if cfg.world_size == 1 || matches!(result, Err(Error::Aborted { .. })) {
+        return result;
+    }
+    let mine = MeshOutcome::of(cfg.rank, &result);
+    let _ = store.set(&keys::mesh(cfg.rank), &serde_json::to_vec(&mine).unwrap_or_default());
+    let mut outcomes = gather_outcomes(store, cfg.world_size, started + mesh_time + gather_time, abort);
+    if !outcomes.iter().any(|o| o.rank == cfg.rank) {
+        outcomes.push(mine);
+    }
+    match (result, preflight_verdict(&outcomes, peers)) {
+        (Ok(mesh), None) => Ok(mesh),
+        (Err(e), Some(verdict)) if e.kind() == ErrorKind::DataPortUnreachable => Err(verdict),
+        (Err(e), _) => Err(e),
+        (Ok(_), Some(verdict)) => Err(verdict),
+    }
 }
 
-fn remaining(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))
+/// Every rank's mesh outcome published by `until` (fewer if some never came).
+fn gather_outcomes(
+    store: &mut StoreClient,
+    world: usize,
+    until: Instant,
+    abort: &ringleader_core::AbortSignal,
+) -> Vec<MeshOutcome> {
+    let names: Vec<String> = (0..world).map(keys::mesh).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || abort.check().is_err() {
+            break;
+        }
+        match store.wait(&refs, left.min(Duration::from_secs(1))) {
+            Ok(()) => break,
+            Err(Error::StoreTimeout { .. }) => {}
+            Err(_) => break,
+        }
+    }
+    let present = store.keys_with_prefix(keys::MESH_PREFIX).unwrap_or_default();
+    let present: Vec<&str> = present.iter().map(String::as_str).collect();
+    if present.is_empty() {
+        return Vec::new();
+    }
+    let values = store.multi_get(&present, Duration::from_secs(2)).unwrap_or_default();
+    values.iter().filter_map(|v| serde_json::from_slice(v).ok()).collect()
+}
+
+/// The one error every rank reports after the preflight, from every rank's
+/// outcome: each failing pair once (as its connecting rank saw it, where it
+/// reported), sorted; `None` when no pair failed. Ranks that did not report
+/// and a MASTER_ADDR that resolves differently go into the note.
+pub(crate) fn preflight_verdict(outcomes: &[MeshOutcome], peers: &[PeerInfo]) -> Option<Error> {
+    let mut pairs: BTreeMap<(Rank, Rank), (Rank, Unreachable)> = BTreeMap::new();
+    for o in outcomes {
+        for p in &o.pairs {
+            let key = (p.src, p.dst);
+            let better = match pairs.get(&key) {
+                None => true,
+                Some((reporter, _)) => *reporter != p.src && o.rank == p.src,
+            };
+            if better {
+                pairs.insert(key, (o.rank, p.clone()));
+            }
+        }
+    }
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut notes = Vec::new();
+    let silent: Vec<Rank> = (0..peers.len()).filter(|r| !outcomes.iter().any(|o| o.rank == *r)).collect();
+    if !silent.is_empty() {
+        notes.push(format!("{} did not report its own view in time", fmt_ranks(&silent)));
+    }
+    notes.extend(resolution_note(peers));
+    let note = (!notes.is_empty()).then(|| notes.join("; "));
+    Some(Error::DataPortsUnreachable { pairs: pairs.into_values().map(|(_, u)| u).collect(), note })
+}
+
+/// Whether `host` is an IP address rather than a name.
+fn is_ip_literal(host: &str) -> bool {
+    host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok()
+}
+
+/// Ranks grouped by what MASTER_ADDR resolved to for them; `None` when the
+/// registrations agree. The message names each group with its hosts.
+pub(crate) fn resolution_note(peers: &[PeerInfo]) -> Option<String> {
+    let mut groups: BTreeMap<&[String], Vec<&PeerInfo>> = BTreeMap::new();
+    for p in peers {
+        groups.entry(p.master_ips.as_slice()).or_default().push(p);
+    }
+    if groups.len() < 2 {
+        return None;
+    }
+    let name = peers.first().map(|p| p.master_addr.as_str()).unwrap_or_default();
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(ips, ps)| {
+            let ranks: Vec<Rank> = ps.iter().map(|p| p.rank).collect();
+            let mut hosts: Vec<&str> = ps.iter().map(|p| p.host.as_str()).collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            let to = if ips.is_empty() { "does not resolve".to_string() } else { format!("-> {}", ips.join(", ")) };
+            format!("{to} on {} ({})", hosts.join(", "), fmt_ranks(&ranks))
+        })
+        .collect();
+    Some(format!(
+        "MASTER_ADDR {name} resolves differently on different hosts: {}; use an IP address for MASTER_ADDR, \
+         or make /etc/hosts and DNS agree on every node (`getent hosts {name}` on each)",
+        parts.join("; ")
+    ))
+}
+
+/// What may explain ranks that never came, from those that did: how they
+/// resolved MASTER_ADDR when it is a host name.
+fn incomplete_note(joined: &[PeerInfo]) -> Option<String> {
+    if let Some(n) = resolution_note(joined) {
+        return Some(n);
+    }
+    let first = joined.first()?;
+    if is_ip_literal(&first.master_addr) || first.master_addr.is_empty() {
+        return None;
+    }
+    let ips = if first.master_ips.is_empty() { "nothing".to_string() } else { first.master_ips.join(", ") };
+    Some(format!(
+        "MASTER_ADDR {} is a host name, which the joined ranks resolve to {ips}: a node that resolves it \
+         otherwise looks for the store elsewhere (`getent hosts {}` on each node, or use the IP address)",
+        first.master_addr, first.master_addr
+    ))
 }
 
 fn host_store_if_needed(cfg: &Config) -> Result<Option<StoreServer>> {
@@ -141,7 +383,12 @@ fn wait_for_all(
     let mut next_note = start + Duration::from_secs(10);
     loop {
         abort.check()?;
-        let slice = remaining(deadline).min(Duration::from_secs(1));
+        // Conflicts (world sizes, duplicates) show up between the slices:
+        // look often at first, when they happen, unless the job is large
+        // (each look reads every registration).
+        let early = start.elapsed() < Duration::from_secs(5) && cfg.world_size <= 64;
+        let poll = if early { Duration::from_millis(250) } else { Duration::from_secs(1) };
+        let slice = remaining(deadline).min(poll);
         match store.wait(&keys_ref, slice) {
             Ok(()) => break,
             Err(Error::StoreTimeout { .. }) => {}
@@ -149,16 +396,17 @@ fn wait_for_all(
         }
         let present = registrations(store)?;
         check_conflicts(&present, me)?;
+        check_duplicates(store)?;
         let now = Instant::now();
         if now >= deadline {
-            let joined: Vec<Member> =
-                present.iter().filter(|p| p.rank < cfg.world_size).map(PeerInfo::member).collect();
+            let in_world: Vec<PeerInfo> = present.iter().filter(|p| p.rank < cfg.world_size).cloned().collect();
             let missing = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
             return Err(Error::RendezvousIncomplete {
                 expected: cfg.world_size,
-                joined,
+                joined: in_world.iter().map(PeerInfo::member).collect(),
                 missing,
                 waited: cfg.init_timeout,
+                note: incomplete_note(&in_world),
             });
         }
         if now >= next_note {
@@ -203,6 +451,22 @@ fn registrations(store: &mut StoreClient) -> Result<Vec<PeerInfo>> {
     Ok(v)
 }
 
+/// A process the store refused as a duplicate of a rank (it left a note):
+/// the job cannot complete, so fail with its conflict at once.
+fn check_duplicates(store: &mut StoreClient) -> Result<()> {
+    let names = store.keys_with_prefix(keys::CONFLICT_PREFIX)?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    if refs.is_empty() {
+        return Ok(());
+    }
+    let values = store.multi_get(&refs, Duration::from_secs(5))?;
+    let conflict = values.iter().filter_map(|v| serde_json::from_slice::<Conflict>(v).ok()).min_by_key(|c| c.rank);
+    match conflict {
+        Some(c) => Err(Error::DuplicateRank { rank: c.rank, first: c.first, second: c.second }),
+        None => Ok(()),
+    }
+}
+
 /// Registrations that contradict each other (world size) fail at once.
 fn check_conflicts(present: &[PeerInfo], me: &PeerInfo) -> Result<()> {
     if present.iter().any(|p| p.world_size != me.world_size) {
@@ -217,7 +481,8 @@ fn check_conflicts(present: &[PeerInfo], me: &PeerInfo) -> Result<()> {
 }
 
 /// Checks a complete set of registrations (`peers[r]` is rank r's): world
-/// sizes and versions must agree.
+/// sizes and versions must agree, and no rank may listen on a loopback
+/// address that a rank on another host would have to connect to.
 pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
     let Some(mine) = peers.get(me) else {
         return Err(Error::invalid("rank", format!("rank {me} missing from its own rendezvous")));
@@ -229,7 +494,37 @@ pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
             versions: peers.iter().map(|p| (format!("rank {} ({})", p.rank, p.host), p.version.clone())).collect(),
         });
     }
-    Ok(())
+    check_loopback(peers)
+}
+
+/// A rank listens on a loopback address (MASTER_ADDR resolved to one on its
+/// host, so that is the address it reaches the store by) while a higher rank
+/// on another host must connect to it: fail at once, naming every such pair.
+fn check_loopback(peers: &[PeerInfo]) -> Result<()> {
+    let loopback = |a: &str| a.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
+    let mut pairs = Vec::new();
+    for p in peers.iter().filter(|p| loopback(&p.data_addr)) {
+        for q in peers.iter().filter(|q| q.rank > p.rank && !q.same_host(p)) {
+            pairs.push(Unreachable {
+                src: q.rank,
+                dst: p.rank,
+                addr: p.data_addr.clone(),
+                detail: format!("a loopback address on {}, which {} cannot reach", p.host, q.host),
+            });
+        }
+    }
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    pairs.sort_by_key(|u| (u.src, u.dst));
+    let why = "ranks listen on the address they reach the store by, and MASTER_ADDR resolves to a loopback \
+               address on the listed hosts: map it to an address the other hosts can reach there, or set \
+               RINGLEADER_IFNAME";
+    let note = match resolution_note(peers) {
+        Some(n) => format!("{n}; {why}"),
+        None => why.to_string(),
+    };
+    Err(Error::DataPortsUnreachable { pairs, note: Some(note) })
 }
 
 #[cfg(test)]
@@ -244,9 +539,23 @@ mod tests {
             host: format!("h{rank}"),
             pid: 100 + rank as u32,
             version: version.into(),
-            data_addr: "127.0.0.1:1".into(),
+            data_addr: format!("10.0.0.{rank}:1"),
             boot_id: "b".into(),
+            master_addr: "node-a".into(),
+            master_ips: vec!["10.0.0.1".into()],
         }
+    }
+
+    /// Rank `rank` on host `h{host}` listening at `10.0.0.{host}:4000{rank}`.
+    fn on_host(rank: Rank, world: usize, host: usize) -> PeerInfo {
+        let mut p = info(rank, world, "1.0");
+        p.host = format!("h{host}");
+        p.data_addr = format!("10.0.0.{host}:4000{rank}");
+        p
+    }
+
+    fn unreachable(src: Rank, dst: Rank, detail: &str) -> Unreachable {
+        Unreachable { src, dst, addr: format!("10.0.0.1:4000{dst}"), detail: detail.into() }
     }
 
     #[test]
@@ -271,5 +580,86 @@ mod tests {
         let e = validate(&peers, 0).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::VersionMismatch);
         assert!(e.to_string().contains("rank 1 (h1) runs 9.9"), "{e}");
+    }
+
+    #[test]
+    fn mesh_time_leaves_a_gather_window_inside_the_init_timeout() {
+        let (mesh, gather) = split_mesh_time(Duration::from_secs(4));
+        assert_eq!(mesh + gather, Duration::from_secs(4));
+        assert_eq!(gather, Duration::from_millis(800));
+        let (mesh, gather) = split_mesh_time(Duration::from_secs(300));
+        assert_eq!((mesh, gather), (Duration::from_secs(30), Duration::from_secs(3)));
+        let (mesh, gather) = split_mesh_time(Duration::from_millis(100));
+        assert_eq!((mesh, gather), (Duration::from_millis(500), Duration::from_millis(200)));
+    }
+
+    #[test]
+    fn every_rank_reports_every_failing_pair_once() {
+        // Node a runs ranks 0, 1; node b ranks 2, 3; b cannot reach a's data ports.
+        let peers: Vec<_> = (0..4).map(|r| on_host(r, 4, r / 2)).collect();
+        let outcome = |rank, pairs| MeshOutcome { rank, pairs, error: None };
+        let outcomes = vec![
+            outcome(0, vec![unreachable(2, 0, "seen from rank 0"), unreachable(3, 0, "seen from rank 0")]),
+            outcome(1, vec![unreachable(2, 1, "seen from rank 1"), unreachable(3, 1, "seen from rank 1")]),
+            outcome(2, vec![unreachable(2, 0, "no answer"), unreachable(2, 1, "no answer")]),
+            outcome(3, vec![unreachable(3, 0, "no answer"), unreachable(3, 1, "no answer")]),
+        ];
+        let e = preflight_verdict(&outcomes, &peers).unwrap();
+        assert_eq!(e.kind(), ErrorKind::DataPortUnreachable);
+        let s = e.to_string();
+        assert!(s.starts_with("[data-port-unreachable] rank 2 cannot reach rank 0 at 10.0.0.1:40000 (no answer); rank 2 cannot reach rank 1"), "{s}");
+        assert_eq!(s.matches("cannot reach").count(), 4, "{s}");
+        assert!(!s.contains("seen from"), "the connector's own view wins: {s}");
+        // The same verdict whatever the order the outcomes arrived in.
+        let mut reversed = outcomes.clone();
+        reversed.reverse();
+        assert_eq!(preflight_verdict(&reversed, &peers).unwrap().to_string(), s);
+        // Rank 3 never reported: the acceptors' view stands in for it, and it is named.
+        let partial = &outcomes[..3];
+        let s = preflight_verdict(partial, &peers).unwrap().to_string();
+        assert!(s.contains("rank 3 cannot reach rank 0 at 10.0.0.1:40000 (seen from rank 0)"), "{s}");
+        assert!(s.contains("rank 3 did not report its own view in time"), "{s}");
+        // Nothing failed: no verdict.
+        let ok: Vec<_> = (0..4).map(|r| outcome(r, vec![])).collect();
+        assert!(preflight_verdict(&ok, &peers).is_none());
+    }
+
+    #[test]
+    fn master_addr_resolving_differently_is_named_with_hosts() {
+        let mut peers: Vec<_> = (0..4).map(|r| on_host(r, 4, r / 2)).collect();
+        assert_eq!(resolution_note(&peers), None);
+        for p in &mut peers[..2] {
+            p.master_ips = vec!["127.0.1.1".into()];
+        }
+        let n = resolution_note(&peers).unwrap();
+        assert!(n.contains("MASTER_ADDR node-a resolves differently"), "{n}");
+        assert!(n.contains("-> 10.0.0.1 on h1 (ranks 2, 3)"), "{n}");
+        assert!(n.contains("-> 127.0.1.1 on h0 (ranks 0, 1)"), "{n}");
+        let joined = &peers[..2];
+        assert_eq!(resolution_note(joined), None);
+        let n = incomplete_note(joined).unwrap();
+        assert!(n.contains("MASTER_ADDR node-a is a host name, which the joined ranks resolve to 127.0.1.1"), "{n}");
+        let mut by_ip = joined.to_vec();
+        by_ip.iter_mut().for_each(|p| p.master_addr = "10.0.0.1".into());
+        assert_eq!(incomplete_note(&by_ip), None);
+    }
+
+    #[test]
+    fn a_loopback_listener_other_hosts_must_reach_fails_at_once() {
+        let mut peers: Vec<_> = (0..4).map(|r| on_host(r, 4, r / 2)).collect();
+        for p in &mut peers[..2] {
+            p.data_addr = format!("127.0.0.1:4000{}", p.rank);
+            p.master_ips = vec!["127.0.0.1".into()];
+        }
+        let e = validate(&peers, 3).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataPortUnreachable);
+        assert_eq!(e.ranks(), vec![0, 1, 2, 3]);
+        let s = e.to_string();
+        assert!(s.contains("rank 2 cannot reach rank 0 at 127.0.0.1:40000 (a loopback address on h0"), "{s}");
+        assert!(s.contains("-> 127.0.0.1 on h0 (ranks 0, 1)"), "{s}");
+        // On one host, loopback is fine.
+        let local: Vec<_> =
+            (0..2).map(|r| on_host(r, 2, 0)).map(|p| PeerInfo { data_addr: "127.0.0.1:1".into(), ..p }).collect();
+        validate(&local, 0).unwrap();
     }
 }

@@ -26,9 +26,12 @@ struct Cursor {
     recv_done: Vec<bool>,
 }
 
-fn region<'a>(bufs: &'a [Vec<u8>], r: Region) -> &'a [u8] {
+fn region(bufs: &[Vec<u8>], r: Region) -> &[u8] {
     &bufs[r.buf as usize][r.off..r.off + r.len]
 }
+
+/// Frames in flight on one link: (tag, bytes).
+type Frames = VecDeque<(u32, Vec<u8>)>;
 
 /// Runs all ranks to completion; panics on a deadlock or a frame mismatch.
 pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) {
@@ -51,7 +54,7 @@ pub(crate) fn run(ranks: &mut [SimRank], dtype: DType, op: ReduceOp, seed: u64) 
         })
         .collect();
     // (src, dst, stream) -> frames (tag, bytes)
-    let mut links: HashMap<(usize, usize, u16), VecDeque<(u32, Vec<u8>)>> = HashMap::new();
+    let mut links: HashMap<(usize, usize, u16), Frames> = HashMap::new();
     let mut rng = seed | 1;
     loop {
         let mut enabled = Vec::new();

@@ -8,8 +8,14 @@
 //! the store under `rl/exit/{rank}`, gives the others a grace period to print
 //! their own diagnosis, and tears them down.
 //!
+//! Every node's command can be derived from one place: `--print-commands`
+//! prints them all (with `--hosts a,b,c`, or `--nnodes`), and inside a Slurm
+//! allocation (`srun --ntasks-per-node=1 ringleader launch -- CMD`) the node
+//! count, node rank, master and port come from Slurm's variables.
+//!
 //! Layout:
-//! - [`plan`]: arguments to a resolved plan and each rank's environment (pure);
+//! - [`plan`]: arguments (and Slurm's variables) to a resolved plan, each
+//!   rank's environment and every node's command line (pure);
 //! - [`child`]: starting one rank (process group, pipes, exit watcher);
 //! - [`output`]: the line-prefixing copy of a rank's output;
 //! - [`supervise`]: the event loop and the teardown escalation;
@@ -24,9 +30,9 @@
 
 mod child;
 pub(crate) mod ending;
-mod oom;
+pub(crate) mod oom;
 pub(crate) mod output;
-mod plan;
+pub(crate) mod plan;
 mod store_link;
 mod supervise;
 
@@ -34,7 +40,7 @@ use crate::error::{CliError, Result};
 use crate::signals::BlockedSignals;
 use child::RankProcess;
 use clap::Args;
-use plan::{MasterPort, Plan, StoreSide};
+use plan::{MasterPort, Plan, Purpose, Sources, StoreSide};
 use ringleader_core::config::join_host_port;
 use rustix::process::{kill_process_group, Signal};
 use std::ffi::OsString;
@@ -46,38 +52,42 @@ use supervise::{Event, Supervisor};
 
 pub(crate) use store_link::host_store;
 
-/// Arguments of `ringleader launch`. Option names follow torchrun's (the
-/// underscore spellings are accepted too).
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, \
-GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, \
-TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, \
-TORCHELASTIC_USE_AGENT_STORE=False, RINGLEADER_RUN_ID, RINGLEADER_STORE_ADDR, and \
-PYTHONUNBUFFERED=1 and OMP_NUM_THREADS=1 unless already set.
-
-Example: ringleader launch --nproc-per-node 4 -- python train.py --lr 0.1")]
-pub(crate) struct LaunchArgs {
-    /// Ranks to start on this node.
+/// What a job looks like from one node: the options `ringleader launch` and
+/// `ringleader doctor` share. Option names follow torchrun's (the underscore
+/// spellings are accepted too). Inside a Slurm allocation the unset ones
+/// come from Slurm's variables.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct JobArgs {
+    /// Ranks to start on each node [default under Slurm: the GPUs Slurm gave
+    /// this node (SLURM_GPUS_ON_NODE, ...)].
     #[arg(long, alias = "nproc_per_node", value_name = "N")]
-    pub(crate) nproc_per_node: usize,
+    pub(crate) nproc_per_node: Option<usize>,
 
-    /// Nodes in the job (run one launcher per node).
-    #[arg(long, alias = "nnodes", default_value_t = 1, value_name = "M")]
-    pub(crate) nnodes: usize,
+    /// Nodes in the job (run one launcher per node) [default: the number of
+    /// --hosts, Slurm's node count, or 1].
+    #[arg(long, alias = "nnodes", value_name = "M")]
+    pub(crate) nnodes: Option<usize>,
 
     /// This node's index, 0 to M-1; it runs ranks R*N to R*N+N-1. Node 0
-    /// hosts ringleader's store.
-    #[arg(long, alias = "node_rank", default_value_t = 0, value_name = "R")]
-    pub(crate) node_rank: usize,
+    /// hosts ringleader's store [default: this host's place in --hosts,
+    /// SLURM_NODEID, or 0].
+    #[arg(long, alias = "node_rank", value_name = "R")]
+    pub(crate) node_rank: Option<usize>,
 
-    /// Address of node 0, the same on every node [default: 127.0.0.1 on one
-    /// node; required with several].
+    /// Every node of the job, node 0 first (names or addresses, comma
+    /// separated): sets --nnodes, --master-addr (the first) and, where this
+    /// host is in the list, --node-rank.
+    #[arg(long, value_delimiter = ',', value_name = "HOST,...")]
+    pub(crate) hosts: Vec<String>,
+
+    /// Address of node 0, the same on every node [default: the first of
+    /// --hosts or of Slurm's node list; 127.0.0.1 on one node].
     #[arg(long, alias = "master_addr", value_name = "A")]
     pub(crate) master_addr: Option<String>,
 
     /// MASTER_PORT, where torch's rank 0 binds its TCPStore [default: a free
-    /// port on one node, 29500 with several].
+    /// port on one node, 29500 with several, 20000 + SLURM_JOB_ID % 20000
+    /// under Slurm].
     #[arg(long, alias = "master_port", value_name = "P")]
     pub(crate) master_port: Option<u16>,
 
@@ -86,15 +96,41 @@ pub(crate) struct LaunchArgs {
     #[arg(long, alias = "store_port", value_name = "S")]
     pub(crate) store_port: Option<u16>,
 
+    /// Id of the job, the same on every node [default: random on one node;
+    /// SLURM_JOB_ID under Slurm; derived from master address and port with
+    /// several].
+    #[arg(long, alias = "run_id", value_name = "ID")]
+    pub(crate) run_id: Option<String>,
+}
+
+/// Arguments of `ringleader launch`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, \
+GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, \
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, \
+TORCHELASTIC_USE_AGENT_STORE=False, RINGLEADER_RUN_ID, RINGLEADER_STORE_ADDR, and \
+PYTHONUNBUFFERED=1 and OMP_NUM_THREADS=1 unless already set.
+
+Examples:
+  ringleader launch --nproc-per-node 4 -- python train.py --lr 0.1
+  ringleader launch --print-commands --hosts node-a,node-b --nproc-per-node 4 -- python train.py
+  srun --ntasks-per-node=1 ringleader launch -- python train.py     (inside a Slurm allocation)")]
+pub(crate) struct LaunchArgs {
+    /// The job's shape and where node 0 is.
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+
     /// Seconds the other ranks get to exit on their own (and print their
     /// diagnosis) after one fails, before SIGTERM; SIGKILL follows 3 s later.
     #[arg(long, default_value = "5", value_parser = parse_secs, value_name = "SECS")]
     pub(crate) grace: Duration,
 
-    /// Id of the job, the same on every node [default: random on one node;
-    /// derived from master address and port with several].
-    #[arg(long, alias = "run_id", value_name = "ID")]
-    pub(crate) run_id: Option<String>,
+    /// Print the exact command for every node (derived from these options,
+    /// and the RINGLEADER_* settings of this environment) instead of
+    /// launching.
+    #[arg(long)]
+    pub(crate) print_commands: bool,
 
     /// The command each rank runs, and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
@@ -124,7 +160,20 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     // First, before any thread exists (see `signals`).
     let blocked = BlockedSignals::block(&[libc::SIGINT, libc::SIGTERM])
         .map_err(|e| CliError::io("blocking SIGINT and SIGTERM", e))?;
-    let plan = Plan::resolve(&args, random_run_id)?;
+    let env = |k: &str| std::env::var(k).ok();
+    let here = this_host();
+    let purpose = if args.print_commands { Purpose::PrintCommands } else { Purpose::Launch };
+    let plan = Plan::resolve(&args.job, &Sources { env: &env, hostname: &here }, purpose, random_run_id)?;
+    if args.print_commands {
+        let program = std::env::args().next().unwrap_or_else(|| "ringleader".into());
+        let settings = plan::carried_settings(std::env::vars());
+        let grace = (args.grace != DEFAULT_GRACE).then_some(args.grace);
+        print!("{}", plan.print_commands(&program, grace, &args.command, &settings, env("RINGLEADER_TOKEN").is_some()));
+        return Ok(0);
+    }
+    if let Some(note) = &plan.note {
+        eprintln!("ringleader launch: {note}");
+    }
 
     let (tx, events) = mpsc::channel();
     let signal_tx = tx.clone();
@@ -149,13 +198,28 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     };
 
     let oom = oom::OomWatch::start();
-    let recorder = store_link::ExitRecorder::start(store_addr.clone(), plan.run_id.clone(), token);
-    let ranks = spawn_all(&plan, master_port, &store_addr, &tx)?;
+    let recorder = store_link::ExitRecorder::start(store_addr.clone(), plan.run_id.clone(), token.clone());
+    if plan.nnodes > 1 {
+        eprintln!(
+            "ringleader launch: node {} of {}: ranks {}-{} of {}; ringleader's store at {store_addr}; \
+             MASTER_ADDR={} MASTER_PORT={master_port}",
+            plan.node_rank,
+            plan.nnodes,
+            plan.rank_of(0),
+            plan.rank_of(plan.nproc_per_node - 1),
+            plan.world_size(),
+            plan.master_addr
+        );
+    }
+    let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, &tx)?;
     drop(tx);
 
-    let (code, recorder) = Supervisor::new(ranks, events, plan.grace, oom, recorder).run();
+    let (code, recorder) = Supervisor::new(ranks, events, args.grace, oom, recorder).run();
     recorder.finish(Duration::from_secs(1));
     if let Some(h) = hosted {
+        if plan.nnodes > 1 {
+            store_link::linger(&store_addr, &plan.run_id, token, args.grace.max(LINGER_AT_LEAST));
+        }
         h.shutdown();
     }
     Ok(code)
@@ -164,6 +228,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
 /// Starts every local rank; if one cannot be started, kills those that were.
 fn spawn_all(
     plan: &Plan,
+    command: &[OsString],
     master_port: u16,
     store_addr: &str,
     events: &mpsc::Sender<Event>,
@@ -172,7 +237,7 @@ fn spawn_all(
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(plan.nproc_per_node);
     for local in 0..plan.nproc_per_node {
         let env = plan.rank_env(local, master_port, store_addr, inherited);
-        match child::spawn_rank(local, plan.rank_of(local), &plan.command, &env, events) {
+        match child::spawn_rank(local, plan.rank_of(local), command, &env, events) {
             Ok(r) => ranks.push(r),
             Err(e) => {
                 for r in &mut ranks {
@@ -184,6 +249,18 @@ fn spawn_all(
         }
     }
     Ok(ranks)
+}
+
+/// How long node 0 keeps the store up at least, after its ranks ended, for
+/// the ranks of other nodes still connected to it (`--grace` if longer).
+const LINGER_AT_LEAST: Duration = Duration::from_secs(3);
+
+/// The default of `--grace`.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// This host's name, as the ranks register it.
+pub(crate) fn this_host() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 /// A port that is free on `host` now, other than `avoid` (our store's):
@@ -242,8 +319,8 @@ mod tests {
             "7",
         ])
         .unwrap();
-        assert_eq!(cli.launch.nproc_per_node, 2);
-        assert_eq!(cli.launch.nnodes, 1);
+        assert_eq!(cli.launch.job.nproc_per_node, Some(2));
+        assert_eq!(cli.launch.job.nnodes, None);
         assert_eq!(cli.launch.grace, Duration::from_millis(500));
         assert_eq!(cli.launch.command, ["python", "train.py", "--nnodes", "7"]);
     }
@@ -251,10 +328,18 @@ mod tests {
     #[test]
     fn torchrun_spellings() {
         let cli = Cli::try_parse_from(["x", "--nproc_per_node=3", "train.py", "-v"]).unwrap();
-        assert_eq!(cli.launch.nproc_per_node, 3);
+        assert_eq!(cli.launch.job.nproc_per_node, Some(3));
         assert_eq!(cli.launch.command, ["train.py", "-v"]);
         assert!(Cli::try_parse_from(["x", "--nproc-per-node", "2"]).is_err());
         assert!(Cli::try_parse_from(["x", "--nproc-per-node", "2", "--grace", "-1", "t"]).is_err());
+    }
+
+    #[test]
+    fn hosts_and_print_commands() {
+        let cli = Cli::try_parse_from(["x", "--hosts", "a,b,c", "--print-commands", "--", "t.py"]).unwrap();
+        assert_eq!(cli.launch.job.hosts, ["a", "b", "c"]);
+        assert!(cli.launch.print_commands);
+        assert_eq!(cli.launch.command, ["t.py"]);
     }
 
     #[test]

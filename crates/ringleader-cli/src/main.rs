@@ -6,17 +6,20 @@
 //!   torchrun environment, hosts ringleader's store on node 0, prefixes every
 //!   output line with the rank, and, when a rank fails, names it and how it
 //!   ended (exit code, signal, OOM kill) before tearing the others down.
+//! - [`doctor`]: the preflight for a launch, run on every node: name
+//!   resolution, store and data ports reachable between the nodes, ports
+//!   free, versions equal, recent OOM kills; a table that says what to fix.
 //! - [`store`]: a standalone store server.
 //! - [`status`]: a live view of a running job, read from its store.
 //! - [`analyze`]: the verdict on a failed job, from its ranks' dumps.
 //! - [`perf`]: an nccl-tests-style benchmark that starts its own ranks.
 //!
-//! `doctor` (DESIGN.md §3) will be a further module beside these. Each has
-//! its own clap `Args` struct and a `run` function that returns the process
+//! Each has its own clap `Args` struct and a `run` function that returns the process
 //! exit code. Shared plumbing lives in [`signals`] (SIGINT/SIGTERM delivered
 //! as channel messages) and [`error`].
 
 mod analyze;
+mod doctor;
 mod error;
 mod launch;
 mod perf;
@@ -40,6 +43,10 @@ enum Command {
     /// Start N processes on this node with the torchrun environment (RANK,
     /// WORLD_SIZE, MASTER_ADDR, ...) and supervise them.
     Launch(launch::LaunchArgs),
+    /// Check, on every node before a job, what would make it fail or hang:
+    /// name resolution, store and data ports reachable between the nodes,
+    /// ports free, versions equal, recent OOM kills.
+    Doctor(doctor::DoctorArgs),
     /// Run a standalone ringleader store server until SIGINT or SIGTERM.
     Store(store::StoreArgs),
     /// Show a running job, rank by rank: the collective each is in, for how
@@ -57,6 +64,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Launch(args) => launch::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Store(args) => store::run(args),
         Command::Status(args) => status::run(args),
         Command::Analyze(args) => analyze::run(args),

@@ -427,10 +427,20 @@ impl Identity {
         }
         // Every task of the step derives the same port from the job id.
         if let Some(job) = env.parse::<u64>("SLURM_JOB_ID").ok().flatten() {
-            id.master_port = 20000 + (job % 20000) as u16;
+            id.master_port = slurm_master_port(job);
         }
         Ok(id)
     }
+}
+
+/// The MASTER_PORT every task of Slurm job `job_id` derives alike, without
+/// talking: `20000 + job_id % 20000`.
+///
+/// ```
+/// assert_eq!(ringleader_core::config::slurm_master_port(123456), 23456);
+/// ```
+pub fn slurm_master_port(job_id: u64) -> u16 {
+    20000 + (job_id % 20000) as u16
 }
 
 /// The first host of a Slurm host list such as `node[03-05,9],gpu1`.

@@ -150,6 +150,32 @@ impl fmt::Display for Member {
     }
 }
 
+/// One pair of ranks whose data connection could not be made: `src`
+/// connects to `dst` at `addr` (higher ranks connect to lower ones).
+///
+/// ```
+/// use ringleader_core::error::Unreachable;
+/// let u = Unreachable { src: 2, dst: 0, addr: "10.0.0.1:40007".into(), detail: "no answer".into() };
+/// assert_eq!(u.to_string(), "rank 2 cannot reach rank 0 at 10.0.0.1:40007 (no answer)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreachable {
+    /// The rank that connects.
+    pub src: Rank,
+    /// The rank it connects to.
+    pub dst: Rank,
+    /// The `host:port` it dials.
+    pub addr: String,
+    /// What failed.
+    pub detail: String,
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} cannot reach rank {} at {} ({})", self.src, self.dst, self.addr, self.detail)
+    }
+}
+
 /// The verdict on a failed collective: what went wrong, who caused it, in
 /// which call, and what to check next. Computed from every rank's snapshot by
 /// the verdict engine (`ringleader-diag`), identical on every rank.
@@ -217,6 +243,21 @@ fn fmt_members(members: &[Member]) -> String {
         return "none".into();
     }
     members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// At most this many pairs are spelled out in a message.
+const MAX_PAIRS_SHOWN: usize = 12;
+
+fn fmt_unreachable(pairs: &[Unreachable]) -> String {
+    let mut s = pairs.iter().take(MAX_PAIRS_SHOWN).map(|p| p.to_string()).collect::<Vec<_>>().join("; ");
+    if pairs.len() > MAX_PAIRS_SHOWN {
+        s += &format!("; and {} more pairs", pairs.len() - MAX_PAIRS_SHOWN);
+    }
+    s
+}
+
+fn fmt_note(note: &Option<String>) -> String {
+    note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
 }
 
 fn fmt_secs(d: &Duration) -> String {
@@ -288,7 +329,7 @@ pub enum Error {
     },
 
     /// Not every rank joined before the init timeout.
-    #[error("[rendezvous-incomplete] {} of {expected} ranks joined within {}; missing {}; joined: {}; check that every node was launched and can reach the store", .joined.len(), fmt_secs(.waited), fmt_ranks(.missing), fmt_members(.joined))]
+    #[error("[rendezvous-incomplete] {} of {expected} ranks joined within {}; missing {}; joined: {}; check that every node was launched and can reach the store{}", .joined.len(), fmt_secs(.waited), fmt_ranks(.missing), fmt_members(.joined), fmt_note(.note))]
     RendezvousIncomplete {
         /// The world size.
         expected: usize,
@@ -298,6 +339,9 @@ pub enum Error {
         missing: Vec<Rank>,
         /// The init timeout.
         waited: Duration,
+        /// What else is known that may explain it (how the joined ranks
+        /// resolved MASTER_ADDR), if anything.
+        note: Option<String>,
     },
 
     /// Ranks disagree about the world size.
@@ -358,6 +402,17 @@ pub enum Error {
         addr: String,
         /// What failed.
         detail: String,
+    },
+
+    /// The data-plane preflight at init: every pair of ranks that could not
+    /// connect, as gathered from the ranks' own reports, so that every rank
+    /// reports the same list.
+    #[error("[data-port-unreachable] {}{}; a firewall may block the data ports: open them or pick allowed ones with RINGLEADER_PORT_RANGE (e.g. RINGLEADER_PORT_RANGE=40000-40100 on every node), and choose the interface with RINGLEADER_IFNAME", fmt_unreachable(.pairs), fmt_note(.note))]
+    DataPortsUnreachable {
+        /// Each pair that failed, sorted by source and destination rank.
+        pairs: Vec<Unreachable>,
+        /// What else is known (ranks that did not report, how MASTER_ADDR resolved).
+        note: Option<String>,
     },
 
     /// A data connection to a peer broke during a collective (before the
@@ -474,7 +529,7 @@ impl Error {
             Error::VersionMismatch { .. } => ErrorKind::VersionMismatch,
             Error::ForeignRun { .. } => ErrorKind::ForeignRun,
             Error::AuthFailed { .. } => ErrorKind::AuthFailed,
-            Error::DataPortUnreachable { .. } => ErrorKind::DataPortUnreachable,
+            Error::DataPortUnreachable { .. } | Error::DataPortsUnreachable { .. } => ErrorKind::DataPortUnreachable,
             Error::PeerLost { .. } => ErrorKind::PeerDied,
             Error::PeerLeft { .. } => ErrorKind::MissedCollective,
             Error::PeerProtocol { .. } => ErrorKind::VersionMismatch,
@@ -492,6 +547,12 @@ impl Error {
             Error::WorldSizeMismatch { claims } => claims.iter().map(|m| m.rank).collect(),
             Error::DuplicateRank { rank, .. } => vec![*rank],
             Error::DataPortUnreachable { src, dst, .. } => vec![*src, *dst],
+            Error::DataPortsUnreachable { pairs, .. } => {
+                let mut r: Vec<Rank> = pairs.iter().flat_map(|p| [p.src, p.dst]).collect();
+                r.sort_unstable();
+                r.dedup();
+                r
+            }
             Error::PeerLost { peer, .. }
             | Error::PeerLeft { peer, .. }
             | Error::PeerProtocol { peer, .. }
@@ -570,6 +631,7 @@ mod tests {
                 joined: vec![Member { rank: 0, host: "a".into(), pid: 1, world_size: 4 }],
                 missing: vec![1, 2, 3],
                 waited: Duration::from_secs(5),
+                note: None,
             },
             Error::FrameMismatch {
                 peer: 1,
@@ -593,10 +655,29 @@ mod tests {
             joined: vec![Member { rank: 0, host: "node-a".into(), pid: 10, world_size: 3 }],
             missing: vec![1, 2],
             waited: Duration::from_secs(5),
+            note: Some("MASTER_ADDR node-a is a host name".into()),
         };
         let s = e.to_string();
         assert!(s.contains("missing ranks 1, 2"), "{s}");
         assert!(s.contains("rank 0 (node-a pid 10)"), "{s}");
         assert_eq!(e.ranks(), vec![1, 2]);
+        assert!(s.contains("can reach the store; MASTER_ADDR node-a is a host name"), "{s}");
+    }
+
+    #[test]
+    fn unreachable_pairs_are_all_named() {
+        let pair = |src, dst| Unreachable { src, dst, addr: format!("10.0.0.1:4000{dst}"), detail: "no answer".into() };
+        let e = Error::DataPortsUnreachable { pairs: vec![pair(2, 0), pair(3, 0), pair(3, 1)], note: None };
+        assert_eq!(e.kind(), ErrorKind::DataPortUnreachable);
+        assert_eq!(e.ranks(), vec![0, 1, 2, 3]);
+        let s = e.to_string();
+        assert!(
+            s.starts_with("[data-port-unreachable] rank 2 cannot reach rank 0 at 10.0.0.1:40000 (no answer); rank 3"),
+            "{s}"
+        );
+        assert!(s.contains("RINGLEADER_PORT_RANGE") && s.contains("RINGLEADER_IFNAME"), "{s}");
+        let many =
+            Error::DataPortsUnreachable { pairs: (0..20).map(|d| pair(30, d)).collect(), note: Some("n".into()) };
+        assert!(many.to_string().contains("and 8 more pairs; n;"), "{many}");
     }
 }

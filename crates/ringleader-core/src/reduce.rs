@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn misaligned_buffers_take_the_slow_path() {
-        let mut raw = vec![0u8; 4 * 3 + 1];
+        let mut raw = [0u8; 4 * 3 + 1];
         let src: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
         raw[1..].copy_from_slice(&src);
         reduce_bytes(DType::F32, ReduceOp::Sum, &mut raw[1..], &src);

@@ -4,7 +4,7 @@
 //!   communicator, and lock-free progress counters beside it;
 //! - [`snapshot`]: what a rank publishes about itself when a collective fails
 //!   (and writes as its dump), and the heartbeat payload;
-//! - [`verdict`]: a pure function from every rank's snapshot and the store's
+//! - [`mod@verdict`]: a pure function from every rank's snapshot and the store's
 //!   view of the job to one [`ringleader_core::Diagnosis`].
 //!
 //! Nothing here does IO, which is why `ringleader analyze` (dumps read from

@@ -444,8 +444,8 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
             f.liveness != Liveness::Vanished
                 && !f.stale(limit_ms)
                 && !f.completed(seq)
-                && !f.running().is_some_and(|r| r.seq == seq)
-                && !f.observation().is_some_and(|o| o.seq == Some(seq))
+                && f.running().is_none_or(|r| r.seq != seq)
+                && f.observation().is_none_or(|o| o.seq != Some(seq))
         })
         .collect();
     if outside.is_empty() {

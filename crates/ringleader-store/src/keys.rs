@@ -51,3 +51,43 @@ pub const DUMP_REQUEST: &str = "rl/dump_request";
 pub fn monitored_barrier(seq: u64, what: &str) -> String {
     format!("rl/mb/{seq}/{what}")
 }
+
+/// A rank's outcome of the data-plane preflight at init (JSON: the pairs it
+/// could not connect, empty when its mesh was built), so that a rank that
+/// failed can name every failing pair, not only its own.
+///
+/// ```
+/// assert_eq!(ringleader_store::keys::mesh(2), "rl/mesh/2");
+/// ```
+pub fn mesh(r: Rank) -> String {
+    format!("rl/mesh/{r}")
+}
+
+/// Prefix of every mesh outcome.
+pub const MESH_PREFIX: &str = "rl/mesh/";
+
+/// A rank claimed twice: written by the process the store refused (JSON:
+/// rank, first claimant, second claimant), so that the ranks waiting for the
+/// rest of the job fail with `duplicate-rank` too, instead of timing out.
+pub fn conflict(r: Rank) -> String {
+    format!("rl/conflict/{r}")
+}
+
+/// Prefix of every conflict record.
+pub const CONFLICT_PREFIX: &str = "rl/conflict/";
+
+/// What `ringleader doctor` on node `node` publishes at the doctors'
+/// temporary store; `what` is `node` (its report), `probe` (what it could
+/// reach) or `done`.
+///
+/// ```
+/// assert_eq!(ringleader_store::keys::doctor("probe", 1), "rl/doctor/probe/1");
+/// ```
+pub fn doctor(what: &str, node: usize) -> String {
+    format!("rl/doctor/{what}/{node}")
+}
+
+/// Set by every `ringleader launch` that records exit records in this store:
+/// when a rank vanishes, the verdict may wait a moment for its launcher to
+/// say how it ended.
+pub const LAUNCHER: &str = "rl/launcher";

@@ -4,7 +4,7 @@
 //! the collective it belongs to (sequence number and [`Fingerprint`]) and its
 //! position in that collective's stream on this channel (`tag`). The receiver
 //! compares the header with what it expects *before* touching the payload, so
-//! a peer in a different call is caught at once, as a [`Mismatch`], rather
+//! a peer in a different call is caught at once, as a [`Verdict::Mismatch`], rather
 //! than read as data. Layout (little endian):
 //!
 //! ```text

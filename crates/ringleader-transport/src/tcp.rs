@@ -9,7 +9,7 @@
 
 use crate::hello::{Hello, Reply};
 use crate::link::{Link, ReadOutcome};
-use ringleader_core::{config::join_host_port, AbortSignal, Error, Rank, Result};
+use ringleader_core::{config::join_host_port, error::Unreachable, AbortSignal, Error, Rank, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, BorrowedFd};
 use rustix::net::{RecvFlags, SendFlags};
@@ -246,9 +246,11 @@ impl Mesh {
     /// Builds the full mesh: connects to every lower rank at `addrs[peer]`
     /// and accepts every higher rank on `listener`, all pairs concurrently.
     ///
-    /// Errors name both ranks and the address: a connection that cannot be
-    /// made is `data-port-unreachable`, a peer of another run `foreign-run`,
-    /// a peer without the token `auth-failed`.
+    /// Errors name both ranks and the address: connections that cannot be
+    /// made are one [`Error::DataPortsUnreachable`] listing every pair this
+    /// rank is part of (it keeps trying the other pairs until they are made
+    /// or the timeout ends, so the list is complete); a peer of another run
+    /// is `foreign-run`, a peer without the token `auth-failed`.
     pub fn establish(
         listener: DataListener,
         addrs: &[String],
@@ -267,6 +269,11 @@ struct MeshBuilder<'a> {
     start: Instant,
     /// Refused connects to retry: (peer, stream, address, when).
     refused: Vec<(Rank, u16, SocketAddr, Instant)>,
+    /// Pairs given up on before the timeout (outbound errors other than a
+    /// refusal, inbound links that broke while being set up).
+    failures: Vec<Unreachable>,
+    /// Lower peers whose outbound connection failed for good.
+    failed_out: Vec<bool>,
 }
 
 impl<'a> MeshBuilder<'a> {
@@ -279,42 +286,62 @@ impl<'a> MeshBuilder<'a> {
             links: (0..opts.world).map(|_| (0..opts.streams).map(|_| None).collect()).collect(),
             start: Instant::now(),
             refused: Vec::new(),
+            failures: Vec::new(),
+            failed_out: vec![false; opts.world],
         };
         for peer in 0..opts.rank {
-            let addr = resolve(&addrs[peer]).map_err(|detail| Error::DataPortUnreachable {
-                src: opts.rank,
-                dst: peer,
-                addr: addrs[peer].clone(),
-                detail,
-            })?;
+            let addr = match resolve(&addrs[peer]) {
+                Ok(a) => a,
+                Err(detail) => {
+                    b.fail(opts.rank, peer, addrs[peer].clone(), detail);
+                    continue;
+                }
+            };
             for stream in 0..opts.streams {
-                b.start_connect(peer, stream as u16, addr)?;
+                b.start_connect(peer, stream as u16, addr);
             }
         }
         Ok(b)
     }
 
-    fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) -> Result<()> {
+    /// Gives up on the pair `src` -> `dst` (one entry per pair, whatever
+    /// the number of streams).
+    fn fail(&mut self, src: Rank, dst: Rank, addr: String, detail: String) {
+        if src == self.opts.rank {
+            self.failed_out[dst] = true;
+        }
+        if !self.failures.iter().any(|f| f.src == src && f.dst == dst) {
+            self.failures.push(Unreachable { src, dst, addr, detail });
+        }
+    }
+
+    fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) {
         let o = self.opts;
-        let unreachable =
-            |detail: String| Error::DataPortUnreachable { src: o.rank, dst: peer, addr: addr.to_string(), detail };
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP))
-            .map_err(|e| unreachable(e.to_string()))?;
+        let sock = match Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP)) {
+            Ok(s) => s,
+            Err(e) => return self.fail(o.rank, peer, addr.to_string(), e.to_string()),
+        };
         set_buffers(&sock);
-        sock.set_nonblocking(true).map_err(|e| unreachable(e.to_string()))?;
+        if let Err(e) = sock.set_nonblocking(true) {
+            return self.fail(o.rank, peer, addr.to_string(), e.to_string());
+        }
         let connected = match sock.connect(&addr.into()) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc_einprogress()) || e.kind() == io::ErrorKind::WouldBlock => false,
-            Err(e) => return Err(unreachable(e.to_string())),
+            Err(e) => return self.fail(o.rank, peer, addr.to_string(), e.to_string()),
         };
         let hello =
             Hello::new(&o.run_id, o.rank as u32, peer as u32, stream, o.world as u32, o.token.as_deref()).encode();
         self.pending.push(Pending::Out { peer, stream, sock, addr, hello, sent: 0, connected });
-        Ok(())
     }
 
+    /// Every outbound pair is made or given up on, and every inbound one made.
     fn done(&self) -> bool {
-        self.links.iter().enumerate().all(|(p, s)| p == self.opts.rank || s.iter().all(|l| l.is_some()))
+        let me = self.opts.rank;
+        self.links
+            .iter()
+            .enumerate()
+            .all(|(p, s)| p == me || (p < me && self.failed_out[p]) || s.iter().all(|l| l.is_some()))
     }
 
     fn run(mut self, abort: &AbortSignal) -> Result<Mesh> {
@@ -339,6 +366,13 @@ impl<'a> MeshBuilder<'a> {
             }
             if !progressed {
                 self.wait(abort, deadline.min(now + Duration::from_millis(50)))?;
+            }
+        }
+        if !self.failures.is_empty() {
+            match self.unreachable_error(Vec::new()) {
+                // Every pair given up on was made after all (another stream).
+                Error::DataPortsUnreachable { pairs, .. } if pairs.is_empty() => {}
+                e => return Err(e),
             }
         }
         let links = self.links.into_iter().map(|s| s.into_iter().flatten().collect()).collect();
@@ -385,7 +419,9 @@ impl<'a> MeshBuilder<'a> {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refused).into_iter().partition(|r| r.3 <= now);
         self.refused = later;
         for (peer, stream, addr, _) in due {
-            self.start_connect(peer, stream, addr)?;
+            if !self.failed_out[peer] {
+                self.start_connect(peer, stream, addr);
+            }
         }
         Ok(())
     }
@@ -395,12 +431,9 @@ impl<'a> MeshBuilder<'a> {
         match p {
             Pending::Out { peer, stream, sock, addr, hello, mut sent, mut connected } => {
                 let o = self.opts;
-                let unreachable = |detail: String| Error::DataPortUnreachable {
-                    src: o.rank,
-                    dst: peer,
-                    addr: addr.to_string(),
-                    detail,
-                };
+                if self.failed_out[peer] {
+                    return Ok(None);
+                }
                 if !connected {
                     match sock.take_error() {
                         Ok(Some(e))
@@ -413,8 +446,10 @@ impl<'a> MeshBuilder<'a> {
                             self.refused.push((peer, stream, addr, Instant::now() + Duration::from_millis(50)));
                             return Ok(None);
                         }
-                        Ok(Some(e)) => return Err(unreachable(e.to_string())),
-                        Err(e) => return Err(unreachable(e.to_string())),
+                        Ok(Some(e)) | Err(e) => {
+                            self.fail(o.rank, peer, addr.to_string(), e.to_string());
+                            return Ok(None);
+                        }
                         Ok(None) => {}
                     }
                     match sock.peer_addr() {
@@ -434,7 +469,10 @@ impl<'a> MeshBuilder<'a> {
                             *progressed = true;
                         }
                         Err(rustix::io::Errno::AGAIN) => {}
-                        Err(e) => return Err(unreachable(format!("sending the handshake: {e}"))),
+                        Err(e) => {
+                            self.fail(o.rank, peer, addr.to_string(), format!("sending the handshake: {e}"));
+                            return Ok(None);
+                        }
                     }
                     return Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }));
                 }
@@ -445,11 +483,18 @@ impl<'a> MeshBuilder<'a> {
                         self.finish_out(peer, stream, sock, addr, Reply::from_code(reply[0]))?;
                         Ok(None)
                     }
-                    Ok(_) => Err(unreachable("the peer closed the connection during the handshake".into())),
+                    Ok(_) => {
+                        let detail = "the peer closed the connection during the handshake".to_string();
+                        self.fail(o.rank, peer, addr.to_string(), detail);
+                        Ok(None)
+                    }
                     Err(rustix::io::Errno::AGAIN) => {
                         Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }))
                     }
-                    Err(e) => Err(unreachable(format!("waiting for the handshake reply: {e}"))),
+                    Err(e) => {
+                        self.fail(o.rank, peer, addr.to_string(), format!("waiting for the handshake reply: {e}"));
+                        Ok(None)
+                    }
                 }
             }
             Pending::In { sock, mut buf } => {
@@ -476,13 +521,10 @@ impl<'a> MeshBuilder<'a> {
         let addr_s = addr.to_string();
         match reply {
             Reply::Ok => {
-                let link = TcpLink::new(sock.into(), peer).map_err(|e| Error::DataPortUnreachable {
-                    src: o.rank,
-                    dst: peer,
-                    addr: addr_s,
-                    detail: e.to_string(),
-                })?;
-                self.links[peer][stream as usize] = Some(Link::Tcp(link));
+                match TcpLink::new(sock.into(), peer) {
+                    Ok(link) => self.links[peer][stream as usize] = Some(Link::Tcp(link)),
+                    Err(e) => self.fail(o.rank, peer, addr_s, e.to_string()),
+                }
                 Ok(())
             }
             Reply::ForeignRun => Err(Error::ForeignRun {
@@ -498,12 +540,11 @@ impl<'a> MeshBuilder<'a> {
                 detail: format!("rank {peer} at {addr_s} speaks another data-frame version"),
                 versions: vec![],
             }),
-            Reply::WrongPeer => Err(Error::DataPortUnreachable {
-                src: o.rank,
-                dst: peer,
-                addr: addr_s,
-                detail: "a process that is not that rank (or has another world size) answered".into(),
-            }),
+            Reply::WrongPeer => {
+                let detail = "a process that is not that rank (or has another world size) answered".to_string();
+                self.fail(o.rank, peer, addr_s, detail);
+                Ok(())
+            }
         }
     }
 
@@ -520,13 +561,10 @@ impl<'a> MeshBuilder<'a> {
         let (src, stream) = (hello.src as usize, hello.stream as usize);
         match reply {
             Reply::Ok if src > o.rank && stream < o.streams && self.links[src][stream].is_none() => {
-                let link = TcpLink::new(sock, src).map_err(|e| Error::DataPortUnreachable {
-                    src,
-                    dst: o.rank,
-                    addr: self.listener.addr.to_string(),
-                    detail: e.to_string(),
-                })?;
-                self.links[src][stream] = Some(Link::Tcp(link));
+                match TcpLink::new(sock, src) {
+                    Ok(link) => self.links[src][stream] = Some(Link::Tcp(link)),
+                    Err(e) => self.fail(src, o.rank, self.listener.addr.to_string(), e.to_string()),
+                }
                 Ok(None)
             }
             Reply::ForeignRun => Err(Error::ForeignRun {
@@ -542,33 +580,48 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
+    /// Every pair still missing at the timeout, with what this rank saw of
+    /// it, added to the pairs already given up on.
     fn timeout_error(&self) -> Error {
         let o = self.opts;
-        if let Some((peer, _, addr, _)) = self.refused.first() {
-            return Error::DataPortUnreachable {
-                src: o.rank,
-                dst: *peer,
-                addr: addr.to_string(),
-                detail: "connection refused (nothing listens there: wrong address, or a firewall rejects it)".into(),
-            };
+        let waited = o.timeout.as_secs_f64();
+        let mut late = Vec::new();
+        for (peer, _, addr, _) in &self.refused {
+            let detail = "connection refused: nothing listens there (wrong address), or a firewall rejects it";
+            late.push(Unreachable { src: o.rank, dst: *peer, addr: addr.to_string(), detail: detail.into() });
         }
         for p in &self.pending {
             if let Pending::Out { peer, addr, connected, .. } = p {
                 let detail = if *connected {
-                    "connected, but the handshake got no answer".to_string()
+                    format!("connected, but the handshake got no answer within {waited:.1} s")
                 } else {
-                    format!("no answer to connect within {:.1} s (packets dropped?)", o.timeout.as_secs_f64())
+                    format!("no answer to connect within {waited:.1} s: packets dropped, by a firewall?")
                 };
-                return Error::DataPortUnreachable { src: o.rank, dst: *peer, addr: addr.to_string(), detail };
+                late.push(Unreachable { src: o.rank, dst: *peer, addr: addr.to_string(), detail });
             }
         }
-        let missing = (o.rank + 1..o.world).find(|p| self.links[*p].iter().any(|l| l.is_none())).unwrap_or(o.rank);
-        Error::DataPortUnreachable {
-            src: missing,
-            dst: o.rank,
-            addr: self.listener.addr.to_string(),
-            detail: format!("no connection from rank {missing} arrived within {:.1} s", o.timeout.as_secs_f64()),
+        for src in o.rank + 1..o.world {
+            if self.links[src].iter().any(|l| l.is_none()) {
+                let detail =
+                    format!("seen from rank {}: no connection from rank {src} arrived within {waited:.1} s", o.rank);
+                late.push(Unreachable { src, dst: o.rank, addr: self.listener.addr.to_string(), detail });
+            }
         }
+        self.unreachable_error(late)
+    }
+
+    /// One error for the pairs given up on and `more`, one entry per pair.
+    fn unreachable_error(&self, more: Vec<Unreachable>) -> Error {
+        let mut pairs: Vec<Unreachable> = Vec::new();
+        for u in self.failures.iter().cloned().chain(more) {
+            let missing_link = |p: Rank| self.links[p].iter().any(|l| l.is_none());
+            let relevant = if u.src == self.opts.rank { missing_link(u.dst) } else { missing_link(u.src) };
+            if relevant && !pairs.iter().any(|p| p.src == u.src && p.dst == u.dst) {
+                pairs.push(u);
+            }
+        }
+        pairs.sort_by_key(|p| (p.src, p.dst));
+        Error::DataPortsUnreachable { pairs, note: None }
     }
 }
 
@@ -581,4 +634,59 @@ fn resolve(addr: &str) -> std::result::Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve: {e}"))?
         .next()
         .ok_or_else(|| "resolves to no address".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed_port() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
+    #[test]
+    fn every_failing_pair_is_named_in_one_error() {
+        // Rank 2 of 3: ranks 0 and 1 never listen, so both of its pairs fail,
+        // and it keeps trying both until the timeout.
+        let listener =
+            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
+        let addrs = [closed_port(), closed_port(), listener.addr().to_string()];
+        let opts = MeshOptions {
+            rank: 2,
+            world: 3,
+            streams: 2,
+            run_id: "r".into(),
+            token: None,
+            timeout: Duration::from_millis(300),
+        };
+        let abort = AbortSignal::new().unwrap();
+        let start = Instant::now();
+        let e = Mesh::establish(listener, &addrs, &opts, &abort).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(2));
+        let Error::DataPortsUnreachable { pairs, .. } = &e else { panic!("{e}") };
+        assert_eq!(pairs.iter().map(|p| (p.src, p.dst)).collect::<Vec<_>>(), [(2, 0), (2, 1)], "one entry per pair");
+        assert_eq!(pairs[1].addr, addrs[1]);
+        assert!(pairs[0].detail.contains("refused"), "{e}");
+        assert_eq!(e.ranks(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn an_acceptor_names_the_ranks_that_never_connected() {
+        let listener =
+            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
+        let me = listener.addr().to_string();
+        let opts = MeshOptions {
+            rank: 0,
+            world: 2,
+            streams: 1,
+            run_id: "r".into(),
+            token: None,
+            timeout: Duration::from_millis(200),
+        };
+        let e =
+            Mesh::establish(listener, &[me.clone(), closed_port()], &opts, &AbortSignal::new().unwrap()).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains(&format!("rank 1 cannot reach rank 0 at {me} (seen from rank 0: no connection")), "{s}");
+    }
 }

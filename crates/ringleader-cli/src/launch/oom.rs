@@ -74,6 +74,57 @@ impl OomWatch {
     }
 }
 
+/// The OOM killer's lines in the kernel log, for `ringleader doctor`.
+#[derive(Debug)]
+pub(crate) enum KernelLog {
+    /// Neither `/dev/kmsg` nor `dmesg` could be read; why.
+    Unreadable(String),
+    /// Every `Killed process ...` line, oldest first, with its timestamp
+    /// (CLOCK_MONOTONIC microseconds) where it has one.
+    Kills(Vec<(Option<u64>, String)>),
+}
+
+/// Reads the OOM killer's lines from the kernel log (`/dev/kmsg`, else `dmesg`).
+pub(crate) fn oom_kills_in_kernel_log() -> KernelLog {
+    let is_kill = |m: &str| m.contains("Killed process ");
+    match read_kmsg() {
+        Ok(records) => KernelLog::Kills(
+            records
+                .iter()
+                .filter_map(|r| parse_kmsg_record(r))
+                .filter(|(_, m)| is_kill(m))
+                .map(|(ts, m)| (Some(ts), m.trim().to_string()))
+                .collect(),
+        ),
+        Err(kmsg) => {
+            let out = std::process::Command::new("dmesg")
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => KernelLog::Kills(
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .filter_map(parse_dmesg_line)
+                        .filter(|(_, m)| is_kill(m))
+                        .map(|(ts, m)| (ts, m.trim().to_string()))
+                        .collect(),
+                ),
+                Ok(o) => KernelLog::Unreadable(format!(
+                    "/dev/kmsg: {kmsg}; dmesg: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+                Err(e) => KernelLog::Unreadable(format!("/dev/kmsg: {kmsg}; dmesg: {e}")),
+            }
+        }
+    }
+}
+
+/// This process's memory cgroup's `oom_kill` count, and the file it is in.
+pub(crate) fn cgroup_oom_kills() -> Option<(PathBuf, u64)> {
+    OomWatch::start().counter
+}
+
 /// CLOCK_MONOTONIC in microseconds, the clock of the kernel log's timestamps.
 pub(crate) fn monotonic_us() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);

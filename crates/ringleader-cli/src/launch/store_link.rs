@@ -4,7 +4,8 @@
 //! diagnosis can say "rank 1 was killed by signal 9 (SIGKILL, OOM killer)".
 
 use crate::error::Result;
-use ringleader_store::{ClientOptions, ServerOptions, StoreClient, StoreServer};
+use ringleader_core::error::fmt_ranks;
+use ringleader_store::{ClientOptions, Liveness, Role, ServerOptions, StoreClient, StoreServer};
 use std::cell::Cell;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -22,6 +23,44 @@ pub(crate) fn host_store(addr: &str, run_id: &str, token: Option<String>) -> Res
     let mut opts = ServerOptions::new(run_id);
     opts.token = token;
     Ok(StoreServer::bind(addr, opts)?)
+}
+
+/// Node 0 of several, after its own ranks ended: keeps the store it hosts
+/// up while ranks of other nodes are still connected to it, at most `bound`,
+/// so that they finish their own diagnosis (a conflicting registration, a
+/// verdict) instead of losing the store under their feet.
+pub(crate) fn linger(addr: &str, run_id: &str, token: Option<String>, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    let mut opts = ClientOptions::new(run_id);
+    opts.role = Role::Tool;
+    opts.token = token;
+    opts.connect_timeout = Duration::from_secs(1);
+    opts.op_timeout = Duration::from_secs(2);
+    let Ok(mut client) = StoreClient::connect(addr, opts) else {
+        return;
+    };
+    let mut seen = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(status) = client.status(seen, left.min(Duration::from_secs(1))) else {
+            return;
+        };
+        let connected = status.with(Liveness::Connected);
+        if connected.is_empty() {
+            return;
+        }
+        if left.is_zero() {
+            eprintln!(
+                "ringleader launch: stopping ringleader's store although {} of other nodes {} still connected \
+                 ({:.0} s after this node's ranks ended)",
+                fmt_ranks(&connected),
+                if connected.len() == 1 { "is" } else { "are" },
+                bound.as_secs_f64()
+            );
+            return;
+        }
+        seen = Some(status.generation);
+    }
 }
 
 /// Records rank endings in the store from a background thread, so that a
@@ -82,6 +121,10 @@ impl ExitRecorder {
 /// if the connection broke in the meantime.
 fn record_all(addr: &str, run_id: &str, token: Option<String>, rx: Receiver<(usize, String)>, handled: Sender<()>) {
     let mut client = connect(addr, run_id, token.clone()).ok();
+    if let Some(c) = client.as_mut() {
+        // Tells the ranks that endings will be recorded here.
+        let _ = c.set(ringleader_store::keys::LAUNCHER, b"1");
+    }
     for (rank, text) in rx {
         let key = exit_key(rank);
         let written = match client.as_mut().map(|c| c.set(&key, text.as_bytes())) {
