@@ -26,5 +26,15 @@ echo "(launcher exit code $?: the job failed, and said why)"
 echo
 echo "== ringleader analyze $dumps"
 $rl analyze "$dumps"
+
+echo
+echo "== the same bug in PyTorch, with init_process_group(backend=\"ringleader\")"
+ensure_venv
+if ! "$RINGLEADER_VENV/bin/python" -c "import ringleader.torch" >/dev/null 2>&1; then
+    echo "installing the Python package into $RINGLEADER_VENV"
+    "$RINGLEADER_VENV/bin/pip" install -q ./ffi/python || exit 1
+fi
+PATH="$RINGLEADER_VENV/bin:$PATH" $rl launch --nproc-per-node 2 -- python examples/python/hang_demo.py
+echo "(launcher exit code $?)"
 echo
 echo "demo done"
