@@ -29,3 +29,8 @@ ensure_venv() {
         "$RINGLEADER_VENV/bin/pip" install -q torch numpy pytest
     fi
 }
+
+# Debian packages that building with `--features rdma` needs (ibverbs-sys runs
+# cmake and bindgen over rdma-core's headers and links the system's
+# libibverbs): scripts/test.sh does `ensure_apt ... "${RINGLEADER_RDMA_APT[@]}"`.
+RINGLEADER_RDMA_APT=(cmake libnl-3-dev libnl-route-3-dev libclang-dev pkg-config libibverbs-dev)

@@ -6,18 +6,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-# gcc: the C ABI example; nftables, unshare: tests/multinode.rs
-ensure_apt pkg-config gcc iproute2 procps nftables util-linux
+# gcc: the C ABI example; nftables, unshare: tests/multinode.rs; the rest:
+# the `rdma` feature's ibverbs build (scripts/lib.sh)
+ensure_apt pkg-config gcc iproute2 procps nftables util-linux "${RINGLEADER_RDMA_APT[@]}"
 start=$(date +%s)
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
 
-echo "== cargo clippy"
+echo "== cargo clippy (default features, then cuda + rdma)"
 cargo clippy --workspace --all-targets --release -q -- -D warnings
+cargo clippy --workspace --all-targets --release -q --features cuda,rdma -- -D warnings
 
 echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q --features cuda,rdma
 
 echo "== cargo test"
 # The C ABI tests link the C examples against libringleader.so, which
@@ -26,6 +28,13 @@ cargo build --release -q -p ringleader-ffi
 # Release mode: the multi-process tests move hundreds of MB. Every test that
 # spawns processes has its own hard limit; this is the last line of defence.
 timeout 900 cargo test --workspace --release
+
+echo "== cargo test --features cuda,rdma (no GPU or RDMA adapter needed: software verbs model, no-driver paths)"
+# What the features add: the RDMA protocol against the verbs model, collectives
+# over model RDMA, the CUDA schedule/kernels, the no-driver and no-device paths.
+timeout 900 cargo test --release -p ringleader-transport --features rdma
+timeout 900 cargo test --release -p ringleader --features cuda,rdma --lib --test rdma_model --test rdma_missing --test cuda_missing
+timeout 300 cargo test --release -p ringleader-cli --features cuda,rdma --bin ringleader perf
 
 echo "== python (numpy, torch backend, seed scripts)"
 ffi/python/tests/run.sh

@@ -153,6 +153,14 @@ impl Communicator {
         let mut driver = Driver::new();
         let (plane, waiter) =
             local::attach(&cfg, &joined.peers, &mut joined.mesh.links, with_lane.streams, &mut driver, &abort)?;
+        #[allow(unused_mut)]
+        let mut plane_name = plane.name();
+        #[cfg(feature = "rdma")]
+        if let Some(name) =
+            crate::rdma::attach(&cfg, &joined.peers, &mut joined.mesh.links, &mut joined.aux, &abort, plane)?
+        {
+            plane_name = name;
+        }
         let lane: Vec<Option<Link>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
         let p2p =
             P2p::new(lane, waiter).map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
@@ -169,7 +177,7 @@ impl Communicator {
             store_in_rank0,
             joined.peers,
         );
-        shared.plane = plane.name();
+        shared.plane = plane_name;
         let shared = Arc::new(shared);
         let engine_shared = shared.clone();
         let engine = std::thread::Builder::new()
@@ -199,7 +207,8 @@ impl Communicator {
     }
 
     /// The data-plane transport in use: `tcp`, `shm` (every peer on this
-    /// host), or `shm+tcp`.
+    /// host), or `shm+tcp`; with the `rdma` feature also `rdma`, `shm+rdma`,
+    /// `rdma+tcp` (some pairs had no device).
     pub fn transport_name(&self) -> &'static str {
         self.shared.plane
     }

@@ -26,6 +26,8 @@
 
 mod algo;
 mod comm;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod engine;
 mod failure;
 mod local;
@@ -33,6 +35,8 @@ mod log;
 mod monitor;
 mod monitored;
 mod p2p;
+#[cfg(feature = "rdma")]
+mod rdma;
 mod rendezvous;
 mod work;
 

@@ -61,10 +61,13 @@ pub(crate) fn attach(
     let local = local_ranks(peers, cfg.rank);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
+        // Every link goes over RDMA (`crate::rdma` replaces them after this).
+        TransportKind::Rdma if cfg!(feature = "rdma") => return Ok((Plane::Tcp, None)),
         TransportKind::Rdma => {
             return Err(Error::invalid(
                 "RINGLEADER_TRANSPORT",
-                "rdma was asked for, but this build has no RDMA transport; use auto, tcp or shm",
+                "rdma was asked for, but this build has no RDMA transport (built without the `rdma` cargo \
+                 feature); use auto, tcp or shm",
             ))
         }
         TransportKind::Shm if local.len() < peers.len() => {
@@ -100,9 +103,16 @@ pub(crate) fn attach(
     Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
 }
 
-/// An empty frame to and from every local peer over TCP: once it has
-/// arrived from a peer, that peer has mapped every segment it needs.
-fn handshake(me: Rank, local: &[Rank], links: &mut [Vec<Link>], deadline: Instant, abort: &AbortSignal) -> Result<()> {
+/// An empty frame to and from every peer in `local` over TCP: once it has
+/// arrived from a peer, that peer has mapped every segment it needs (or,
+/// for RDMA, connected its queue pairs).
+pub(crate) fn handshake(
+    me: Rank,
+    local: &[Rank],
+    links: &mut [Vec<Link>],
+    deadline: Instant,
+    abort: &AbortSignal,
+) -> Result<()> {
     let mut plan = Plan::default();
     for &p in local.iter().filter(|&&p| p != me) {
         let chan = Chan { peer: p, stream: 0 };

@@ -286,7 +286,7 @@ impl Lane {
                 continue;
             }
             match link.fd() {
-                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, flags)),
+                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, link.poll_events(flags))),
                 None => shm = true,
             }
         }

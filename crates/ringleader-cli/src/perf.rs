@@ -20,6 +20,8 @@
 
 mod bench;
 mod check;
+#[cfg(feature = "cuda")]
+mod device;
 mod parent;
 mod report;
 #[cfg(test)]
@@ -99,6 +101,12 @@ pub(crate) struct PerfArgs {
     #[arg(long, default_value = "auto", value_parser = ["tcp", "shm", "auto"], value_name = "T")]
     pub(crate) transport: String,
 
+    /// Where the buffers live: cpu (host memory) or cuda (device memory,
+    /// rank r on GPU LOCAL_RANK % GPUs; NCCL runs the same sizes when every
+    /// rank has a GPU of its own). cuda needs a build with the `cuda` feature.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"], value_name = "D")]
+    pub(crate) device: String,
+
     /// Stop everything after this many seconds.
     #[arg(long, default_value = "600", value_parser = crate::launch::parse_secs, value_name = "SECS")]
     pub(crate) time_limit: Duration,
@@ -146,6 +154,12 @@ impl PerfArgs {
         }
         if self.iters == Some(0) {
             return Err(Error::invalid("-n/--iters", "must be at least 1"));
+        }
+        if self.device == "cuda" && !cfg!(feature = "cuda") {
+            return Err(Error::invalid(
+                "--device",
+                "cuda needs a ringleader built with the `cuda` feature (cargo build --release -p ringleader-cli --features cuda)",
+            ));
         }
         Ok(())
     }
@@ -224,7 +238,11 @@ mod tests {
         assert!(a.validate().is_ok());
         let d = parse(&[]).unwrap();
         assert_eq!((d.op, d.nproc, d.min_bytes, d.max_bytes), (OpKind::AllReduce, 2, 8, 64 << 20));
-        assert_eq!((d.iters, d.warmup, d.transport.as_str()), (None, 3, "auto"));
+        assert_eq!((d.iters, d.warmup, d.transport.as_str(), d.device.as_str()), (None, 3, "auto", "cpu"));
+        let g = parse(&["--device", "cuda"]).unwrap();
+        assert_eq!(g.device, "cuda");
+        assert_eq!(g.validate().is_ok(), cfg!(feature = "cuda"));
+        assert!(parse(&["--device", "rocm"]).is_err());
     }
 
     #[test]

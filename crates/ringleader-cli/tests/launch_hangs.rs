@@ -47,14 +47,27 @@ fn worker() {
 fn launch(n: &str, scenario: &str) -> common::Finished {
     let exe = std::env::current_exe().unwrap();
     let exe = exe.to_str().unwrap();
-    std::env::set_var(SCENARIO, scenario);
-    std::env::set_var("RINGLEADER_TIMEOUT", "20");
-    let out = run(
-        &["launch", "--nproc-per-node", n, "--grace", "3", "--", exe, "--exact", "worker", "--nocapture", "-q"],
+    // Through `env`, not set_var: the tests of this file run in parallel.
+    let scenario = format!("{SCENARIO}={scenario}");
+    run(
+        &[
+            "launch",
+            "--nproc-per-node",
+            n,
+            "--grace",
+            "3",
+            "--",
+            "env",
+            &scenario,
+            "RINGLEADER_TIMEOUT=20",
+            exe,
+            "--exact",
+            "worker",
+            "--nocapture",
+            "-q",
+        ],
         Duration::from_secs(60),
-    );
-    std::env::remove_var(SCENARIO);
-    out
+    )
 }
 
 fn verdict_ms(stdout: &str) -> u64 {

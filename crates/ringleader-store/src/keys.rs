@@ -91,3 +91,17 @@ pub fn doctor(what: &str, node: usize) -> String {
 /// when a rank vanishes, the verdict may wait a moment for its launcher to
 /// say how it ended.
 pub const LAUNCHER: &str = "rl/launcher";
+
+/// A rank's RDMA queue-pair endpoints (JSON: the device and, per peer, one
+/// endpoint per stream; or why it has no device), published at init so that
+/// every pair of ranks connects its queue pairs, or both keep TCP.
+///
+/// ```
+/// assert_eq!(ringleader_store::keys::rdma(5), "rl/rdma/5");
+/// ```
+pub fn rdma(r: Rank) -> String {
+    format!("rl/rdma/{r}")
+}
+
+/// Prefix of every RDMA endpoint record.
+pub const RDMA_PREFIX: &str = "rl/rdma/";

@@ -515,8 +515,9 @@ impl Driver {
             if flags.is_empty() {
                 continue;
             }
-            match links[ci / streams][ci % streams].fd() {
-                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, flags)),
+            let link = &links[ci / streams][ci % streams];
+            match link.fd() {
+                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, link.poll_events(flags))),
                 None => shm_pending = true,
             }
         }

@@ -5,6 +5,9 @@
 //! - [`tcp`]: choosing a listen address, building the full mesh at init, the
 //!   nonblocking socket;
 //! - [`shm`]: rings in shared memory between ranks on one host;
+//! - `rdma` (feature `rdma`): reliable-connected verbs queue pairs, with
+//!   the protocol written against a small trait that the `ibverbs` binding
+//!   and a software model of the queues both implement;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
 //! - [`driver`]: runs a collective's [`driver::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
@@ -13,13 +16,16 @@
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
 // Unsafe code is confined to the shared-memory module (mapped memory
-// shared with other processes); everything else is safe Rust.
+// shared with other processes) and the verbs binding (rdma::ibv);
+// everything else is safe Rust.
 #![deny(unsafe_code)]
 
 pub mod driver;
 pub mod frame;
 pub mod hello;
 pub mod link;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod shm;
 pub mod tcp;
 

@@ -3,9 +3,12 @@
 //! thread; what a link is made of (a TCP socket, a shared-memory ring) stays
 //! behind this enum.
 
+#[cfg(feature = "rdma")]
+use crate::rdma::RdmaLink;
 use crate::shm::ShmLink;
 use crate::tcp::TcpLink;
 use ringleader_core::Rank;
+use rustix::event::PollFlags;
 use rustix::fd::BorrowedFd;
 use std::io::IoSlice;
 
@@ -28,6 +31,9 @@ pub enum Link {
     Tcp(TcpLink),
     /// A pair of rings in shared memory (same host).
     Shm(ShmLink),
+    /// A reliable-connected RDMA queue pair.
+    #[cfg(feature = "rdma")]
+    Rdma(RdmaLink),
 }
 
 impl Link {
@@ -36,6 +42,8 @@ impl Link {
         match self {
             Link::Tcp(t) => t.peer(),
             Link::Shm(s) => s.peer(),
+            #[cfg(feature = "rdma")]
+            Link::Rdma(r) => r.peer(),
         }
     }
 
@@ -51,6 +59,8 @@ impl Link {
         match self {
             Link::Tcp(t) => t.try_write(bufs),
             Link::Shm(s) => s.try_write(bufs),
+            #[cfg(feature = "rdma")]
+            Link::Rdma(r) => r.try_write(bufs),
         }
     }
 
@@ -63,6 +73,8 @@ impl Link {
                 0 => Ok(ReadOutcome::WouldBlock),
                 n => Ok(ReadOutcome::Data(n)),
             },
+            #[cfg(feature = "rdma")]
+            Link::Rdma(r) => r.try_read(buf),
         }
     }
 
@@ -71,24 +83,40 @@ impl Link {
     #[inline]
     pub fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> Option<std::io::Result<usize>> {
         match self {
-            Link::Tcp(_) => None,
             Link::Shm(s) => Some(s.read_in_place(max, f)),
+            _ => None,
         }
     }
 
-    /// The descriptor to poll for readiness (TCP only).
+    /// The descriptor to poll for readiness (TCP; for RDMA the completion
+    /// channel), with the events to ask for it given what the caller waits
+    /// for (see [`Link::poll_events`]).
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
             Link::Tcp(t) => Some(t.fd()),
             Link::Shm(_) => None,
+            #[cfg(feature = "rdma")]
+            Link::Rdma(r) => Some(r.fd()),
+        }
+    }
+
+    /// The poll events that signal progress in the directions `want`: the
+    /// same for a socket; readable only for an RDMA completion channel,
+    /// where sends progress through completions too (and which never
+    /// reports writable).
+    pub fn poll_events(&self, want: PollFlags) -> PollFlags {
+        match self {
+            #[cfg(feature = "rdma")]
+            Link::Rdma(_) => PollFlags::IN,
+            _ => want,
         }
     }
 
     /// For shared memory: whether a read (or a write) could progress now.
     pub fn shm_ready(&self, write: bool) -> bool {
         match self {
-            Link::Tcp(_) => false,
             Link::Shm(s) => s.ready(write),
+            _ => false,
         }
     }
 }

@@ -90,6 +90,10 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
     }
     let spec = args.spec();
     let mut json_error = None;
+    if args.device == "cuda" {
+        #[cfg(feature = "cuda")]
+        return device_run(comm, &spec, json);
+    }
     let result = bench::run_all(&comm, &spec, &mut |event| {
         if rank != 0 {
             return;
@@ -114,6 +118,13 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
             ),
         }
     });
+    conclude(comm, result, json_error)
+}
+
+/// Prints the footer, reports a failed JSON write, leaves the group and
+/// turns the outcome into the worker's exit code.
+fn conclude(comm: Communicator, result: CommResult<Vec<report::Row>>, json_error: Option<std::io::Error>) -> i32 {
+    let rank = Communicator::rank(&comm);
     match result {
         Ok(rows) => {
             if rank == 0 {
@@ -139,4 +150,53 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
             1
         }
     }
+}
+
+/// The `--device cuda` run: ringleader on device buffers, then NCCL.
+#[cfg(feature = "cuda")]
+fn device_run(comm: Communicator, spec: &super::bench::Spec, mut json: Option<File>) -> i32 {
+    let rank = Communicator::rank(&comm);
+    let gpu = match super::device::open_gpu() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("ringleader perf: rank {rank}: --device cuda: {e}");
+            return 1;
+        }
+    };
+    if rank == 0 {
+        println!(
+            "# device buffers: CUDA, {} rank(s) on {} visible GPU(s) (rank r on GPU LOCAL_RANK % {}); staged through pinned host memory",
+            Communicator::world_size(&comm),
+            gpu.count,
+            gpu.count
+        );
+    }
+    let mut json_error = None;
+    let mut nccl_header = false;
+    let result = super::device::run_all(
+        &comm,
+        spec,
+        &gpu,
+        &mut |row, nccl| {
+            if rank != 0 {
+                return;
+            }
+            if nccl && !nccl_header {
+                nccl_header = true;
+                println!("# NCCL, same sizes, same buffers' shapes:");
+            }
+            println!("{}", row.table_line(spec.dtype));
+            if let Some(f) = json.as_mut() {
+                if let Err(e) = writeln!(f, "{}", row.json_line()) {
+                    json_error.get_or_insert(e);
+                }
+            }
+        },
+        &mut |line| {
+            if rank == 0 {
+                println!("{line}");
+            }
+        },
+    );
+    conclude(comm, result, json_error)
 }
