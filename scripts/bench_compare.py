@@ -15,7 +15,8 @@ times per call (slowest rank), busbw by nccl-tests' definitions, and ratios:
 
 The MPI side measures like the others: warm-up calls, a barrier, adaptive
 iterations agreed through an Allreduce(MAX), this rank's mean per call, the
-slowest rank's mean. Out-of-place calls on float32 numpy arrays.
+slowest rank's mean. Float32 numpy arrays; all_reduce, reduce and broadcast
+in place (as ringleader and gloo run them), the others out of place.
 
 Examples:
     scripts/bench_compare.py --nproc 2 4 --ops all_reduce all_gather broadcast -e 64M --repeats 5
@@ -58,11 +59,13 @@ def mpi_worker(args):
         inp = np.zeros(in_len, dtype=np.float32)
         out = np.zeros(out_len, dtype=np.float32)
         calls = {
-            "all_reduce": lambda: comm.Allreduce(inp, out, op=MPI.SUM),
+            # In place, as ringleader's and gloo's all_reduce and reduce are.
+            "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, inp, op=MPI.SUM),
             "all_gather": lambda: comm.Allgather(inp, out),
             "reduce_scatter": lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM),
             "broadcast": lambda: comm.Bcast(inp, root=args.root),
-            "reduce": lambda: comm.Reduce(inp, out if rank == args.root else None, op=MPI.SUM, root=args.root),
+            "reduce": lambda: (comm.Reduce(MPI.IN_PLACE, inp, op=MPI.SUM, root=args.root) if rank == args.root
+                               else comm.Reduce(inp, None, op=MPI.SUM, root=args.root)),
             "all_to_all": lambda: comm.Alltoall(inp, out),
         }
         call = calls[op]

@@ -389,6 +389,92 @@ int rl_destroy(struct rl_comm *comm);
 // The library version (`"0.1.0"`). Static.
 const char *rl_version(void);
 
+// Whether collectives on device buffers can run here: 0 when the library
+// was built with the `cuda` feature and the NVIDIA driver loads and
+// initializes; otherwise an error code, with the last error naming what is
+// missing (the feature, `libcuda.so.1`, or the driver's own error).
+//
+// ```c
+// if (rl_cuda_check() != RL_OK) fprintf(stderr, "%s\n", rl_last_error_message());
+// ```
+int rl_cuda_check(void);
+
+// [`rl_all_reduce`](crate::comm::rl_all_reduce) on device memory: reduces
+// `buf` (`count` elements of `dtype`) across ranks in place, ordered on
+// `stream`.
+//
+// # Safety
+// `comm` NULL or live; `buf` device memory valid for `count` elements,
+// not written by anything else until work queued on `stream` after the
+// call runs; `stream` NULL or a stream of `buf`'s context.
+int rl_all_reduce_device(const struct rl_comm *comm,
+                         void *buf,
+                         size_t count,
+                         int dtype,
+                         int op,
+                         void *stream);
+
+// [`rl_all_gather`](crate::comm::rl_all_gather) on device memory.
+//
+// # Safety
+// As `rl_all_reduce_device`; `input` valid for `in_count` elements,
+// `output` for `out_count`, in one context, not overlapping.
+int rl_all_gather_device(const struct rl_comm *comm,
+                         const void *input,
+                         size_t in_count,
+                         void *output,
+                         size_t out_count,
+                         int dtype,
+                         void *stream);
+
+// [`rl_reduce_scatter`](crate::comm::rl_reduce_scatter) on device memory.
+//
+// # Safety
+// As `rl_all_gather_device`.
+int rl_reduce_scatter_device(const struct rl_comm *comm,
+                             const void *input,
+                             size_t in_count,
+                             void *output,
+                             size_t out_count,
+                             int dtype,
+                             int op,
+                             void *stream);
+
+// [`rl_broadcast`](crate::comm::rl_broadcast) on device memory.
+//
+// # Safety
+// As `rl_all_reduce_device`.
+int rl_broadcast_device(const struct rl_comm *comm,
+                        void *buf,
+                        size_t count,
+                        int dtype,
+                        int64_t root,
+                        void *stream);
+
+// [`rl_reduce`](crate::comm::rl_reduce) on device memory.
+//
+// # Safety
+// As `rl_all_reduce_device`.
+int rl_reduce_device(const struct rl_comm *comm,
+                     void *buf,
+                     size_t count,
+                     int dtype,
+                     int64_t root,
+                     int op,
+                     void *stream);
+
+// [`rl_all_to_all`](crate::comm::rl_all_to_all) on device memory.
+//
+// # Safety
+// As `rl_all_gather_device`.
+int rl_all_to_all_device(const struct rl_comm *comm,
+                         const void *input,
+                         size_t in_count,
+                         void *output,
+                         size_t out_count,
+                         int dtype,
+                         void *stream);
+
 // Fills `cfg` with "everything from the environment". Does nothing when
 // `cfg` is NULL.
 //

@@ -37,19 +37,9 @@ const _: () = {
     assert_send_sync::<Work<()>>();
 };
 
-/// Turns `Result<T, code>` into early returns of the code.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(code) => return code,
-        }
-    };
-}
-
 /// # Safety
 /// `p` must be NULL or a live handle from `rl_init`/`rl_init_env`.
-unsafe fn comm_ref<'a>(p: *const RlComm) -> Result<&'a Communicator, c_int> {
+pub(crate) unsafe fn comm_ref<'a>(p: *const RlComm) -> Result<&'a Communicator, c_int> {
     // SAFETY: the caller guarantees `p` is NULL or a live handle.
     unsafe { p.as_ref() }.map(|c| &c.comm).ok_or_else(|| invalid("comm", "is NULL"))
 }
@@ -143,23 +133,23 @@ pub unsafe extern "C" fn rl_comm_timeout(comm: *const RlComm) -> f64 {
 }
 
 /// A buffer argument: pointer, element count, and its name for messages.
-struct Buf {
+pub(crate) struct Buf {
     name: &'static str,
-    ptr: *const c_void,
-    count: usize,
+    pub(crate) ptr: *const c_void,
+    pub(crate) count: usize,
 }
 
 impl Buf {
-    fn new(name: &'static str, ptr: *const c_void, count: usize) -> Buf {
+    pub(crate) fn new(name: &'static str, ptr: *const c_void, count: usize) -> Buf {
         Buf { name, ptr, count }
     }
 
-    fn none() -> Buf {
+    pub(crate) fn none() -> Buf {
         Buf { name: "", ptr: std::ptr::null(), count: 0 }
     }
 
     /// NULL with a non-zero count, or a byte size past `isize::MAX`, is refused.
-    fn check(&self, dt: DType) -> Result<(), c_int> {
+    pub(crate) fn check(&self, dt: DType) -> Result<(), c_int> {
         if self.count > 0 && self.ptr.is_null() {
             return Err(invalid(self.name, format!("is NULL with a count of {}", self.count)));
         }
@@ -216,7 +206,7 @@ unsafe fn submit(
     }
 }
 
-fn rank_arg(what: &'static str, r: i64) -> Result<Rank, c_int> {
+pub(crate) fn rank_arg(what: &'static str, r: i64) -> Result<Rank, c_int> {
     usize::try_from(r).map_err(|_| invalid(what, format!("{r} is not a rank")))
 }
 

@@ -23,11 +23,23 @@
 //!
 //! Layout: [`error`] (codes, last error, the panic guard), [`types`]
 //! (enums), [`config`] (`rl_config`), [`comm`] (communicator and work),
-//! [`store`] (store server).
+//! [`store`] (store server), [`device`] (collectives on CUDA device
+//! buffers).
 #![deny(unsafe_op_in_unsafe_fn)]
+
+/// Turns `Result<T, code>` into early returns of the code.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(code) => return code,
+        }
+    };
+}
 
 pub mod comm;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod store;
 pub mod types;

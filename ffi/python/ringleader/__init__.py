@@ -10,8 +10,10 @@
     pg.all_reduce(x)                    # in place: x == world_size
     pg.destroy()
 
-Buffers are numpy arrays or CPU torch tensors, used in place without a copy
-(contiguous, a supported dtype). Every collective takes ``async_op=True`` and
+Buffers are numpy arrays or torch tensors (CPU or CUDA), used in place without
+a copy (contiguous, a supported dtype). CUDA tensors follow the current
+stream: a collective starts after the work queued on it, and later work on it
+waits for the results. Every collective takes ``async_op=True`` and
 then returns a :class:`Work`. A hang ends in a :class:`ringleader.Error`
 subclass (a ``RuntimeError``) whose message is the verdict, naming the ranks,
 the collective and the cause. ``import ringleader.torch`` registers the
@@ -58,6 +60,7 @@ __all__ = [
     "Store",
     "Error",
     "version",
+    "cuda_support",
     "MissedCollectiveError",
     "MismatchError",
     "PeerDiedError",
@@ -92,6 +95,21 @@ def version() -> str:
     return _L.rl_version().decode()
 
 
+def cuda_support() -> Optional[str]:
+    """None when collectives on CUDA tensors can run here; otherwise why not
+    (the library was built without its ``cuda`` feature, or the NVIDIA
+    driver library cannot be loaded or initialized).
+
+    Example::
+
+        why = ringleader.cuda_support()
+        if why is not None:
+            print("CUDA tensors are not available:", why)
+    """
+    code = _L.rl_cuda_check()
+    return None if code == 0 else last_error(code).args[0]
+
+
 def _check(code: int):
     if code:
         raise last_error(code)
@@ -113,7 +131,7 @@ def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
 
 
 _OPS = dict(_lib.REDUCE_OPS)
-_BOOL, _CODE = _buffers.BOOL, _buffers.CODE
+_BOOL, _CODE, _DEVICE = _buffers.BOOL, _buffers.CODE, _buffers.DEVICE
 _rl_all_reduce = _L.rl_all_reduce
 
 
@@ -260,6 +278,15 @@ class ProcessGroup:
         return self._submit(fn, args, keep)
 
     @staticmethod
+    def _on_device(fn, args, async_op, tensor, keep):
+        """Runs a collective on CUDA tensors, ordered on ``tensor``'s current
+        stream. The call returns once the data went through the transport
+        (later work on the stream waits for the copies back), so the Work of
+        ``async_op=True`` is already complete."""
+        _check(fn(*args, _buffers.cuda_stream(tensor)))
+        return Work([], keep) if async_op else None
+
+    @staticmethod
     def _submit(fn, args, keep) -> "Work":
         w = _c_void_p()
         _check(fn(*args, _byref(w)))
@@ -280,6 +307,8 @@ class ProcessGroup:
         h = self._h
         if h is None:
             raise _destroyed()
+        if code & _DEVICE:
+            return self._on_device(_L.rl_all_reduce_device, (h, ptr, count, code & _CODE, opc), async_op, buf, buf)
         if not async_op:
             rc = _rl_all_reduce(h, ptr, count, code & _CODE, opc, None)
             if rc:
@@ -291,21 +320,29 @@ class ProcessGroup:
         """Reduces ``inp`` (world_size x len(out) elements) across ranks; segment ``rank`` lands in ``out``."""
         (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
         _buffers.same_dtype(ocode, icode, "out", "inp")
+        _buffers.same_place(ocode, icode, "out", "inp")
         _buffers.check_bool_op(icode, op, "inp")
         args = (self._handle(), ip, ic, op_, oc, icode & _CODE, _reduce_op(op))
+        if icode & _DEVICE:
+            return self._on_device(_L.rl_reduce_scatter_device, args, async_op, out, (out, inp))
         return self._run(_L.rl_reduce_scatter, args, async_op, (out, inp))
 
     def all_gather(self, out, inp, async_op: bool = False) -> Optional[Work]:
         """Concatenates every rank's ``inp`` in rank order into ``out`` (world_size x len(inp) elements)."""
         (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
         _buffers.same_dtype(ocode, icode, "out", "inp")
+        _buffers.same_place(ocode, icode, "out", "inp")
         args = (self._handle(), ip, ic, op_, oc, icode & _CODE)
+        if icode & _DEVICE:
+            return self._on_device(_L.rl_all_gather_device, args, async_op, out, (out, inp))
         return self._run(_L.rl_all_gather, args, async_op, (out, inp))
 
     def broadcast(self, buf, root: int = 0, async_op: bool = False) -> Optional[Work]:
         """Copies rank ``root``'s ``buf`` into every rank's ``buf``."""
         ptr, count, code = _resolve(buf, "buf", True)
         args = (self._handle(), ptr, count, code & _CODE, _rank(root, "root"))
+        if code & _DEVICE:
+            return self._on_device(_L.rl_broadcast_device, args, async_op, buf, buf)
         return self._run(_L.rl_broadcast, args, async_op, buf)
 
     def reduce(self, buf, root: int = 0, op: str = "sum", async_op: bool = False) -> Optional[Work]:
@@ -313,24 +350,38 @@ class ProcessGroup:
         ptr, count, code = _resolve(buf, "buf", True)
         _buffers.check_bool_op(code, op, "buf")
         args = (self._handle(), ptr, count, code & _CODE, _rank(root, "root"), _reduce_op(op))
+        if code & _DEVICE:
+            return self._on_device(_L.rl_reduce_device, args, async_op, buf, buf)
         return self._run(_L.rl_reduce, args, async_op, buf)
 
     def all_to_all(self, out, inp, async_op: bool = False) -> Optional[Work]:
         """Sends segment j of ``inp`` to rank j; segment j of ``out`` receives rank j's segment."""
         (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
         _buffers.same_dtype(ocode, icode, "out", "inp")
+        _buffers.same_place(ocode, icode, "out", "inp")
         args = (self._handle(), ip, ic, op_, oc, icode & _CODE)
+        if icode & _DEVICE:
+            return self._on_device(_L.rl_all_to_all_device, args, async_op, out, (out, inp))
         return self._run(_L.rl_all_to_all, args, async_op, (out, inp))
 
     def send(self, buf, dst: int, async_op: bool = False) -> Optional[Work]:
-        """Sends ``buf`` to rank ``dst`` (which calls :meth:`recv` with the same size and dtype)."""
+        """Sends ``buf`` to rank ``dst`` (which calls :meth:`recv` with the same size and dtype).
+        A CUDA tensor is staged through a host copy."""
         ptr, count, code = _resolve(buf, "buf", False)
+        if code & _DEVICE:
+            return self.send(buf.cpu(), dst, async_op)
         args = (self._handle(), ptr, count, code & _CODE, _rank(dst, "dst"))
         return self._run(_L.rl_send, args, async_op, buf)
 
     def recv(self, buf, src: int, async_op: bool = False) -> Optional[Work]:
-        """Receives ``buf`` from rank ``src``."""
+        """Receives ``buf`` from rank ``src``. A CUDA tensor is staged through a host copy."""
         ptr, count, code = _resolve(buf, "buf", True)
+        if code & _DEVICE:
+            host = buf.new_empty(buf.shape, device="cpu")
+            work = self.recv(host, src, async_op=True)
+            work._then = lambda: buf.copy_(host)
+            work._keep = (buf, host)
+            return work if async_op else work.wait()
         args = (self._handle(), ptr, count, code & _CODE, _rank(src, "src"))
         return self._run(_L.rl_recv, args, async_op, buf)
 

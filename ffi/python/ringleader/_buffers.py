@@ -1,6 +1,8 @@
-"""Turns numpy arrays and CPU torch tensors into (pointer, count, dtype)
-without copying. Anything else, a non-contiguous buffer, a read-only output
-or an unsupported dtype is a TypeError or ValueError naming the argument.
+"""Turns numpy arrays and torch tensors into (pointer, count, dtype) without
+copying. Anything else, a non-contiguous buffer, a read-only output or an
+unsupported dtype is a TypeError or ValueError naming the argument. A CUDA
+tensor's code carries :data:`DEVICE`: its pointer is device memory and goes
+only to the library's ``rl_*_device`` functions.
 
 This sits on every call's path, so the common case (a plain, contiguous
 numpy array or CPU tensor) is kept to a few attribute reads: the target is
@@ -18,6 +20,7 @@ except ImportError:  # numpy is optional: torch tensors work without it
     _np = None
 
 BOOL = 0x100  # flag on a dtype code: bool data (bytes 0/1), reduces only with min/max
+DEVICE = 0x200  # flag on a dtype code: a CUDA device pointer
 CODE = 0xFF
 
 _SUPPORTED = "float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool"
@@ -99,7 +102,7 @@ def resolve(obj, name: str, writable: bool):
     if type(obj).__module__.startswith("torch"):
         return _torch(obj, name)
     raise TypeError(
-        f"{name}: expected a numpy array or a CPU torch tensor, got {type(obj).__module__}.{type(obj).__qualname__}"
+        f"{name}: expected a numpy array or a torch tensor, got {type(obj).__module__}.{type(obj).__qualname__}"
     )
 
 
@@ -126,9 +129,10 @@ def _torch(t, name):
     if _Tensor is None:
         _torch_tables()
     if not isinstance(t, _Tensor):
-        raise TypeError(f"{name}: expected a numpy array or a CPU torch tensor, got {type(t).__qualname__}")
-    if t.device.type != "cpu":
-        raise TypeError(f"{name}: the tensor is on {t.device}; ringleader works on CPU tensors")
+        raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(t).__qualname__}")
+    kind = t.device.type
+    if kind != "cpu" and kind != "cuda":
+        raise TypeError(f"{name}: the tensor is on {t.device}; ringleader works on CPU and CUDA tensors")
     if t.is_sparse or t.layout != _strided():
         raise TypeError(f"{name}: {t.layout} tensors are not supported; pass a dense tensor")
     if not t.is_contiguous():
@@ -139,7 +143,7 @@ def _torch(t, name):
     code = _TORCH_CODES.get(t.dtype)
     if code is None:
         raise TypeError(f"{name}: dtype {t.dtype} is not supported (supported: {_SUPPORTED})")
-    return t.data_ptr(), t.numel(), code
+    return t.data_ptr(), t.numel(), code if kind == "cpu" else code | DEVICE
 
 
 def _strided():
@@ -151,6 +155,21 @@ def _strided():
 def same_dtype(a: int, b: int, an: str, bn: str):
     if a != b:
         raise TypeError(f"{an} and {bn} must have the same dtype")
+
+
+def same_place(a: int, b: int, an: str, bn: str):
+    """Both buffers in host memory or both on the GPU."""
+    if (a ^ b) & DEVICE:
+        where = {0: "in host memory", DEVICE: "on a CUDA device"}
+        raise TypeError(f"{an} is {where[a & DEVICE]} but {bn} is {where[b & DEVICE]}; pass both on one side")
+
+
+def cuda_stream(t) -> int:
+    """The current CUDA stream of ``t``'s device (a ``CUstream``): device
+    collectives follow the work queued on it and later work waits for them."""
+    import torch
+
+    return torch.cuda.current_stream(t.device).cuda_stream
 
 
 def check_bool_op(code: int, op: str, name: str):

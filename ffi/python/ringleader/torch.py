@@ -350,7 +350,7 @@ class RingleaderBackend(_CBackend):
         return self._wrap(_merge([self._gather_into(o, i) for o, i in zip(outputs, inputs)]), list(outputs))
 
     def _gather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> _RLWork:
-        flat = torch.empty((len(outs), inp.numel()), dtype=inp.dtype)
+        flat = torch.empty((len(outs), inp.numel()), dtype=inp.dtype, device=inp.device)
         w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
 
         def scatter_back():
@@ -428,7 +428,7 @@ class RingleaderBackend(_CBackend):
     def gather(self, output_lists, inputs, opts):
         root = opts.rootRank
         inp = inputs[0]
-        flat = torch.empty((self.size(), inp.numel()), dtype=inp.dtype)
+        flat = torch.empty((self.size(), inp.numel()), dtype=inp.dtype, device=inp.device)
         w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
         outs = output_lists[0] if output_lists else []
 
@@ -444,7 +444,7 @@ class RingleaderBackend(_CBackend):
         if self.rank() == root:
             flat = torch.cat([t.reshape(-1) for t in input_lists[0]])
         else:
-            flat = torch.empty(self.size() * out.numel(), dtype=out.dtype)
+            flat = torch.empty(self.size() * out.numel(), dtype=out.dtype, device=out.device)
         w = self._rl.broadcast(flat, root=root, async_op=True)
         n, r = out.numel(), self.rank()
         return self._wrap(_then(w, lambda: out.copy_(flat[r * n : (r + 1) * n].view_as(out))), [out])
@@ -535,5 +535,12 @@ def _shutdown_live_backends():
             pass
 
 
+def _devices() -> List[str]:
+    """CUDA tensors are served too where CUDA is usable. torch then creates
+    one backend (one ringleader communicator) per device type, as it does
+    for "cpu:gloo,cuda:nccl"; on machines without CUDA only the CPU one."""
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
 if BACKEND not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create, devices=_devices())

@@ -202,6 +202,39 @@ def unsupported_ops_raise_clearly():
 
 
 @check
+def cuda_tensors_run_on_the_device_or_say_why_not():
+    why = ringleader.cuda_support()
+    if not torch.cuda.is_available():
+        # This machine: no driver. The reason names it, the backend serves
+        # CPU tensors only, and a tensor on another device is refused by name.
+        assert why is not None and "libcuda.so.1" in why, why
+        assert dist.Backend.backend_capability["ringleader"] == ["cpu"], dist.Backend.backend_capability
+        try:
+            ringleader.torch.communicator().all_reduce(torch.ones(3, device="meta"))
+            raise AssertionError("a meta tensor was accepted")
+        except TypeError as e:
+            assert "meta" in str(e) and "CPU and CUDA" in str(e), e
+        return
+    assert why is None, why
+    dev = torch.device("cuda", R % torch.cuda.device_count())
+    x = torch.full((1 << 20,), float(R + 1), device=dev)
+    dist.all_reduce(x)
+    same(x.cpu(), torch.full((1 << 20,), N * (N + 1) / 2), "cuda all_reduce")
+    outs = [torch.empty(5, device=dev) for _ in range(N)]
+    dist.all_gather(outs, torch.full((5,), float(R), device=dev))
+    for r, o in enumerate(outs):
+        same(o.cpu(), torch.full((5,), float(r)), "cuda all_gather")
+    b = torch.full((7,), float(R), device=dev)
+    dist.broadcast(b, src=N - 1)
+    same(b.cpu(), torch.full((7,), float(N - 1)), "cuda broadcast")
+    if N >= 2 and R < 2:
+        t = torch.arange(4.0, device=dev) if R == 0 else torch.zeros(4, device=dev)
+        (dist.send if R == 0 else dist.recv)(t, 1 - R)
+        same(t.cpu(), torch.arange(4.0), "cuda send/recv")
+    dist.barrier()
+
+
+@check
 def timeout_argument_sets_ringleader_timeout():
     want = float(os.environ.get("EXPECT_TIMEOUT", "0") or 0)
     if want:
