@@ -97,6 +97,9 @@ pub(crate) struct Job {
     /// Where waiters learn the result (none for an inline run: its caller
     /// gets the result directly).
     pub done: Option<Arc<Completion>>,
+    /// Already marked started in the flight recorder (an inline run is
+    /// recorded and started in one step).
+    started: bool,
 }
 
 impl Job {
@@ -234,7 +237,8 @@ impl Shared {
         }
         s.seq += 1;
         let seq = s.seq;
-        let record = self.fr.record(req.fp, seq, 0);
+        let inline = sync && !s.busy && s.queue.is_empty();
+        let record = if inline { self.fr.record_started(req.fp, seq, 0) } else { self.fr.record(req.fp, seq, 0) };
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => self.cfg.timeout.max(timeout + Duration::from_secs(5)),
             Task::Coll(_) => self.cfg.timeout,
@@ -249,8 +253,9 @@ impl Shared {
             out: req.out,
             timeout,
             done: None,
+            started: inline,
         };
-        if sync && !s.busy && s.queue.is_empty() {
+        if inline {
             s.busy = true;
             return Ok(Enqueued::Inline(job));
         }
@@ -347,7 +352,9 @@ impl Shared {
         }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
         *self.current.lock() = Some((job.coll_seq(), job.fp));
-        self.fr.started_seq(job.record, job.coll_seq());
+        if !job.started {
+            self.fr.started_seq(job.record, job.coll_seq());
+        }
         // Started first, even when already aborted: this rank's snapshot
         // must show that it reached this collective, and with which call.
         let r = match (self.abort.reason(), job.task) {

@@ -321,8 +321,8 @@ impl Monitor {
             self.watch = Watch { op: running, next_warn: sh.cfg.stall_warn, ..Watch::default() };
         }
         let Some((seq, fp)) = running else { return };
-        let since = Duration::from_nanos(p.running_since.load(Ordering::Relaxed));
-        let age = p.epoch.elapsed().saturating_sub(since);
+        let since = p.running_since.load(Ordering::Relaxed);
+        let age = Duration::from_nanos(ringleader_diag::clock::Reader::new().age_ns(since));
         let timeout = Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed));
         if age >= timeout {
             if !sh.abort.is_aborted() {

@@ -389,6 +389,13 @@ int rl_destroy(struct rl_comm *comm);
 // The library version (`"0.1.0"`). Static.
 const char *rl_version(void);
 
+// Fills `cfg` with "everything from the environment". Does nothing when
+// `cfg` is NULL.
+//
+// # Safety
+// `cfg` must be NULL or valid for writing one `rl_config`.
+void rl_config_init(struct rl_config *cfg);
+
 // Whether collectives on device buffers can run here: 0 when the library
 // was built with the `cuda` feature and the NVIDIA driver loads and
 // initializes; otherwise an error code, with the last error naming what is
@@ -474,13 +481,6 @@ int rl_all_to_all_device(const struct rl_comm *comm,
                          size_t out_count,
                          int dtype,
                          void *stream);
-
-// Fills `cfg` with "everything from the environment". Does nothing when
-// `cfg` is NULL.
-//
-// # Safety
-// `cfg` must be NULL or valid for writing one `rl_config`.
-void rl_config_init(struct rl_config *cfg);
 
 // The stable name of an error code (`"peer-died"`), `"ok"` for 0,
 // `"internal"` for -1, `"unknown"` otherwise. The string is static.

@@ -1,5 +1,6 @@
 //! Diagnosis: the flight recorder, the dump format and the verdict engine.
 //!
+//! - [`clock`]: the recorder's timestamps (a TSC read where the CPU allows);
 //! - [`recorder`]: the always-on ring of the last N operations of a
 //!   communicator, and lock-free progress counters beside it;
 //! - [`snapshot`]: what a rank publishes about itself when a collective fails
@@ -9,8 +10,9 @@
 //!
 //! Nothing here does IO, which is why `ringleader analyze` (dumps read from
 //! disk) and the watchdog (snapshots gathered through the store) share it.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+pub mod clock;
 pub mod recorder;
 pub mod snapshot;
 pub mod verdict;

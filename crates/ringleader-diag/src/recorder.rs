@@ -7,11 +7,12 @@
 //! second) sits in atomics beside the ring, so reading it takes no lock and
 //! works with the ring turned off (`RINGLEADER_FR_SIZE=0`).
 
+use crate::clock;
 use parking_lot::Mutex;
 use ringleader_core::{Fingerprint, OpKind, Rank};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lifecycle of one recorded operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,12 +90,11 @@ pub struct Progress {
     pub last_completed: AtomicU64,
     /// Record id + 1 of the operation running now (0 = idle).
     pub running: AtomicU64,
-    /// When the running operation started, ns after `epoch`.
+    /// When the running operation started (a [`clock`] stamp; read its
+    /// age with [`clock::Reader::age_ns`]).
     pub running_since: AtomicU64,
     /// Peers the running operation waits for (bit r = rank r).
     pub awaited: AtomicU64,
-    /// Monotonic origin for `running_since`.
-    pub epoch: Instant,
 }
 
 /// A communicator's flight recorder.
@@ -136,15 +136,17 @@ struct Slot {
     p2p_seq: u64,
     fp: Fingerprint,
     state: State,
+    /// [`clock`] stamps; 0: not yet.
     created: u64,
-    started: Option<u64>,
-    completed: Option<u64>,
+    started: u64,
+    completed: u64,
     /// Set only when the operation failed (allocating is fine then).
     failure: Option<Box<(String, Vec<Rank>)>>,
 }
 
 impl Slot {
-    fn entry(&self, timeout_ms: u64) -> Entry {
+    fn entry(&self, timeout_ms: u64, clock: &clock::Reader) -> Entry {
+        let stamp = |t: u64| (t != 0).then(|| clock.wall_ns(t));
         let (error, awaited) = match &self.failure {
             Some(f) => (Some(f.0.clone()), f.1.clone()),
             None => (None, Vec::new()),
@@ -158,9 +160,9 @@ impl Slot {
             input_sizes: vec![vec![self.fp.count]],
             input_dtypes: vec![self.fp.dtype.torch_name().to_string()],
             state: self.state,
-            time_created_ns: self.created,
-            time_discovered_started_ns: self.started,
-            time_discovered_completed_ns: self.completed,
+            time_created_ns: clock.wall_ns(self.created),
+            time_discovered_started_ns: stamp(self.started),
+            time_discovered_completed_ns: stamp(self.completed),
             timeout_ms,
             awaited_peers: awaited,
             error,
@@ -182,7 +184,6 @@ impl FlightRecorder {
                 running: AtomicU64::new(0),
                 running_since: AtomicU64::new(0),
                 awaited: AtomicU64::new(0),
-                epoch: Instant::now(),
             },
         }
     }
@@ -194,21 +195,46 @@ impl FlightRecorder {
 
     /// Records a newly submitted operation; returns its record id.
     pub fn record(&self, fp: Fingerprint, seq: u64, p2p_seq: u64) -> u64 {
+        self.insert(fp, seq, p2p_seq, None)
+    }
+
+    /// Records an operation that starts at once (a blocking call run on the
+    /// caller's thread): [`record`](Self::record) and
+    /// [`started_seq`](Self::started_seq) in one step, under one lock and one
+    /// timestamp, which matters at sub-microsecond collectives.
+    pub fn record_started(&self, fp: Fingerprint, seq: u64, p2p_seq: u64) -> u64 {
+        let t = clock::now();
+        let id = self.insert(fp, seq, p2p_seq, Some(t));
+        self.mark_running(id, seq, t);
+        id
+    }
+
+    fn mark_running(&self, id: u64, seq: u64, t: u64) {
+        let p = &self.progress;
+        p.running_since.store(t, Ordering::Relaxed);
+        p.running.store(id + 1, Ordering::Release);
+        if seq > 0 {
+            p.last_started.fetch_max(seq, Ordering::Relaxed);
+        }
+    }
+
+    fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>) -> u64 {
         let mut ring = self.ring.lock();
         let id = ring.next_id;
         ring.next_id += 1;
         if self.capacity == 0 {
             return id;
         }
+        let created = started.unwrap_or_else(clock::now);
         let entry = Slot {
             record_id: id,
             seq,
             p2p_seq,
             fp,
-            state: State::Scheduled,
-            created: now_ns(),
-            started: None,
-            completed: None,
+            state: if started.is_some() { State::Started } else { State::Scheduled },
+            created,
+            started: started.unwrap_or(0),
+            completed: 0,
             failure: None,
         };
         let slot = (id % self.capacity as u64) as usize;
@@ -248,15 +274,11 @@ impl FlightRecorder {
 
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
     pub fn started_seq(&self, id: u64, seq: u64) {
-        let p = &self.progress;
-        p.running_since.store(p.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        p.running.store(id + 1, Ordering::Release);
-        if seq > 0 {
-            p.last_started.fetch_max(seq, Ordering::Relaxed);
-        }
+        let t = clock::now();
+        self.mark_running(id, seq, t);
         self.update(id, |e| {
             e.state = State::Started;
-            e.started = Some(now_ns());
+            e.started = t;
         });
     }
 
@@ -275,7 +297,7 @@ impl FlightRecorder {
         p.running.store(0, Ordering::Release);
         self.update(id, |e| {
             e.state = State::Completed;
-            e.completed = Some(now_ns());
+            e.completed = clock::now();
         });
     }
 
@@ -290,7 +312,7 @@ impl FlightRecorder {
         self.progress.running.store(0, Ordering::Release);
         self.update(id, |e| {
             e.state = State::Failed;
-            e.completed = Some(now_ns());
+            e.completed = clock::now();
             e.failure = Some(Box::new((error.to_string(), awaited)));
         });
     }
@@ -301,7 +323,8 @@ impl FlightRecorder {
         let mut v = ring.slots.clone();
         drop(ring);
         v.sort_by_key(|e| e.record_id);
-        v.iter().map(|s| s.entry(self.timeout_ms)).collect()
+        let clock = clock::Reader::new();
+        v.iter().map(|s| s.entry(self.timeout_ms, &clock)).collect()
     }
 
     /// The entry with record id `id`, if still in the ring.
@@ -313,7 +336,7 @@ impl FlightRecorder {
         ring.slots
             .get((id % self.capacity as u64) as usize)
             .filter(|e| e.record_id == id)
-            .map(|s| s.entry(self.timeout_ms))
+            .map(|s| s.entry(self.timeout_ms, &clock::Reader::new()))
     }
 }
 

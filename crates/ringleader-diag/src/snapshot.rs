@@ -113,11 +113,10 @@ impl Beat {
         let p = fr.progress();
         let running = running.map(|(seq, fingerprint)| {
             let since = p.running_since.load(Ordering::Relaxed);
-            let now = p.epoch.elapsed().as_nanos() as u64;
             Running {
                 seq,
                 fingerprint,
-                running_ms: now.saturating_sub(since) / 1_000_000,
+                running_ms: crate::clock::Reader::new().age_ns(since) / 1_000_000,
                 awaited_peers: mask_ranks(p.awaited.load(Ordering::Relaxed)),
             }
         });

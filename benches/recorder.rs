@@ -1,0 +1,37 @@
+//! What the flight recorder adds to one blocking collective: recording it
+//! started and completed, with the default ring (2000 entries) and with the
+//! ring off (`RINGLEADER_FR_SIZE=0` keeps only the progress counters), and
+//! one timestamp of each kind the recorder could use.
+//!
+//! `cargo bench --bench recorder`
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use ringleader_core::{DType, Fingerprint, OpKind};
+use ringleader_diag::clock;
+use ringleader_diag::recorder::FlightRecorder;
+use std::hint::black_box;
+use std::time::{Instant, SystemTime};
+
+fn recorder(c: &mut Criterion) {
+    let mut g = c.benchmark_group("flight_recorder");
+    for (name, capacity) in [("record_started+completed/2000", 2000), ("record_started+completed/off", 0)] {
+        let fr = FlightRecorder::new(capacity, 600_000);
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+        let mut seq = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                seq += 1;
+                let id = fr.record_started(black_box(fp), seq, 0);
+                fr.completed_seq(id, seq);
+            })
+        });
+    }
+    g.bench_function("stamp/clock::now", |b| b.iter(|| black_box(clock::now())));
+    g.bench_function("stamp/Instant::now", |b| b.iter(|| black_box(Instant::now())));
+    g.bench_function("stamp/SystemTime::now", |b| b.iter(|| black_box(SystemTime::now())));
+    g.finish();
+}
+
+criterion_group!(benches, recorder);
+criterion_main!(benches);
