@@ -258,14 +258,24 @@ fn kill_during(op: &str) {
         .env("RL_ARG", op)
         .env("RL_MARK_DIR", marks.to_str().unwrap())
         .env("RINGLEADER_TIMEOUT", "30")
+        .env("RINGLEADER_TRANSPORT", "shm")
         .limit(40);
     let job = start(&spec);
     wait_mark(&marks, "busy1", 20);
     let victim = job.pid(1);
+    let pids: Vec<String> = (0..3).map(|r| job.pid(r).to_string()).collect();
     let killed_at = now_ms();
     signal(victim, 9);
     let outs = job.finish();
     assert_eq!(outs[1].signal, Some(9));
+    // Segment files are named /dev/shm/rl-<run>-<rank>-<pid>: none of this
+    // job's may outlive it, the killed rank's included.
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let ours: Vec<&String> =
+        left.iter().filter(|n| n.starts_with("rl-") && pids.iter().any(|p| n.ends_with(&format!("-{p}")))).collect();
+    assert!(ours.is_empty(), "shared memory left behind by the job: {ours:?}");
     for r in [0, 2] {
         let e = err_of(&outs[r]);
         assert_eq!(e.kind, "peer-died", "{}", e.message);
