@@ -98,6 +98,8 @@ fn every_collective<T: Val>(c: &Communicator, s: &Arc<CudaStream>, count: usize,
 
 fn run(mode: &str) -> R<()> {
     let c = Communicator::from_env().map_err(|x| x.to_string())?;
+    // Before cudarc: it panics on first use when the driver cannot be loaded.
+    ringleader::cuda::driver().map_err(|x| x.to_string())?;
     let gpus = CudaContext::device_count().map_err(e("cuDeviceGetCount"))? as usize;
     let local: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let ctx = CudaContext::new(local % gpus.max(1)).map_err(e("CudaContext::new"))?;
