@@ -174,31 +174,7 @@ def main():
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
 
-    runs, failures = {}, []
-    for rep in range(args.repeats):
-        for op in args.ops:
-            for n in args.nproc:
-                for lib in libs:
-                    key = (lib, op, n)
-                    if key in failures:
-                        continue
-                    print(f"# repeat {rep + 1}/{args.repeats}: {lib} {op} x{n}", file=sys.stderr, flush=True)
-                    try:
-                        runs.setdefault(key, []).append(runner(lib)(args, op, n))
-                    except RuntimeError as e:
-                        print(f"error: {e}", file=sys.stderr, flush=True)
-                        failures.append(key)
-
-    rows = []
-    for op in args.ops:
-        for n in args.nproc:
-            sizes = sorted({b for lib in libs for r in runs.get((lib, op, n), []) for b in r})
-            for b in sizes:
-                row = {"op": op, "nproc": n, "bytes": b}
-                for lib in libs:
-                    reps = [r[b] for r in runs.get((lib, op, n), []) if b in r]
-                    row[lib] = base.median_row(reps, op, n) if reps else None
-                rows.append(row)
+    rows, failures = base.run_and_collect(args, libs, {lib: runner(lib) for lib in libs})
 
     def t(row, lib):
         return row[lib]["time_us"] if row.get(lib) else None

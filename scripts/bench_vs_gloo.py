@@ -315,6 +315,40 @@ def fmt_bw(b):
     return "-" if b is None else f"{b:.3f}"
 
 
+def run_and_collect(args, libs, runners):
+    """Runs every (lib, op, nproc) --repeats times, interleaved, and returns
+    (rows, failures): one row per (op, nproc, bytes) with its element count
+    and each lib's median row (None where it has none), and the (lib, op, nproc) runs that failed
+    (not retried in later repeats)."""
+    runs, failures = {}, []  # (lib, op, n) -> [rows by bytes, one per repeat]
+    for rep in range(args.repeats):
+        for op in args.ops:
+            for n in args.nproc:
+                for lib in libs:
+                    key = (lib, op, n)
+                    if key in failures:
+                        continue
+                    print(f"# repeat {rep + 1}/{args.repeats}: {lib} {op} x{n}", file=sys.stderr, flush=True)
+                    try:
+                        runs.setdefault(key, []).append(runners[lib](args, op, n))
+                    except RuntimeError as e:
+                        print(f"error: {e}", file=sys.stderr, flush=True)
+                        failures.append(key)
+    rows = []
+    for op in args.ops:
+        for n in args.nproc:
+            sizes = sorted({b for lib in libs for r in runs.get((lib, op, n), []) for b in r})
+            for b in sizes:
+                row = {"op": op, "nproc": n, "bytes": b}
+                for lib in libs:
+                    reps = [r[b] for r in runs.get((lib, op, n), []) if b in r]
+                    row[lib] = median_row(reps, op, n) if reps else None
+                    if reps:
+                        row["count"] = reps[0]["count"]
+                rows.append(row)
+    return rows, failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -356,36 +390,10 @@ def main():
 
     libs = ([] if args.gloo_only else ["ringleader"]) + ([] if args.ringleader_only else ["gloo"])
     runners = {"ringleader": run_ringleader, "gloo": run_gloo}
-    runs = {}  # (lib, op, n) -> [rows by bytes, one per repeat]
-    failures = []
-    for rep in range(args.repeats):
-        for op in args.ops:
-            for n in args.nproc:
-                for lib in libs:
-                    key = (lib, op, n)
-                    if key in failures:
-                        continue
-                    print(f"# repeat {rep + 1}/{args.repeats}: {lib} {op} x{n}", file=sys.stderr, flush=True)
-                    try:
-                        runs.setdefault(key, []).append(runners[lib](args, op, n))
-                    except RuntimeError as e:
-                        print(f"error: {e}", file=sys.stderr, flush=True)
-                        failures.append(key)
-
-    rows = []
-    for op in args.ops:
-        for n in args.nproc:
-            sizes = sorted({b for lib in libs for r in runs.get((lib, op, n), []) for b in r})
-            for b in sizes:
-                row = {"op": op, "nproc": n, "bytes": b}
-                for lib in libs:
-                    reps = [r[b] for r in runs.get((lib, op, n), []) if b in r]
-                    row[lib] = median_row(reps, op, n) if reps else None
-                    if reps:
-                        row["count"] = reps[0]["count"]
-                rl, gl = row.get("ringleader"), row.get("gloo")
-                row["ratio"] = (gl["time_us"] / rl["time_us"]) if rl and gl and rl["time_us"] > 0 else None
-                rows.append(row)
+    rows, failures = run_and_collect(args, libs, runners)
+    for row in rows:
+        rl, gl = row.get("ringleader"), row.get("gloo")
+        row["ratio"] = (gl["time_us"] / rl["time_us"]) if rl and gl and rl["time_us"] > 0 else None
 
     libs_seen = {}
     for row in rows:
