@@ -11,13 +11,18 @@ use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
 use ringleader_transport::driver::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use ringleader_transport::shm::{segment_name, Domain, Waiter};
-use ringleader_transport::{Driver, Link};
+use ringleader_transport::{Driver, Idle, Link};
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 /// How long a wait on shared memory spins before it sleeps, when every local
 /// rank has a core of its own.
 const SPIN: Duration = Duration::from_micros(50);
+/// How long it polls and yields its core before it sleeps, when local ranks
+/// outnumber the cores. Measured with 4 and 8 ranks on 2 cores: an 8-byte
+/// all_reduce went from 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us
+/// (8 ranks) against sleeping at once; 1-16 MiB did not get slower.
+const YIELD: Duration = Duration::from_micros(20);
 
 /// What the data plane ended up made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +92,7 @@ pub(crate) fn attach(
         return Ok((Plane::Tcp, None));
     }
     let deadline = Instant::now() + cfg.init_timeout.min(Duration::from_secs(30));
-    let mut domain = Domain::create(&cfg.run_id, cfg.rank, cfg.world_size, &local, streams)?;
+    let mut domain = Domain::create(&cfg.run_id, cfg.rank, cfg.world_size, &local, streams, cfg.shm_single_copy)?;
     for &p in local.iter().filter(|&&p| p != cfg.rank) {
         domain.open_peer(p, &segment_name(&cfg.run_id, p, peers[p].pid), deadline, abort)?;
     }
@@ -99,7 +104,7 @@ pub(crate) fn attach(
     }
     waiter.wake_on(abort);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    driver.set_shm(waiter.clone(), if local.len() <= cores { SPIN } else { Duration::ZERO });
+    driver.set_shm(waiter.clone(), if local.len() <= cores { Idle::Spin(SPIN) } else { Idle::Yield(YIELD) });
     Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
 }
 

@@ -356,8 +356,10 @@ fn pump_recv(flow: &mut Flow, link: &mut Link, op: &OpInfo, peer: Rank, moved: &
     while flow.off < total {
         let n = if flow.off < HEADER_LEN {
             let n = read_some(link, &mut flow.hdr[flow.off..], op, flow.off)?;
-            if n > 0 && flow.off + n == HEADER_LEN {
-                check_header(&flow.hdr, peer, 0, len, op)?;
+            // Point-to-point never sends single-copy descriptors.
+            if n > 0 && flow.off + n == HEADER_LEN && check_header(&flow.hdr, peer, 0, len, op)? {
+                let detail = "a single-copy frame arrived for send/recv".to_string();
+                return Err(Error::PeerProtocol { peer, detail });
             }
             n
         } else if flow.off < HEADER_LEN + len {

@@ -216,7 +216,15 @@ fn worker() {
 }
 
 fn run_matrix(world: usize, scenario: &str, transport: &str, limit: u64) {
-    let outs = run(JobSpec::new(world, scenario).env("RINGLEADER_TRANSPORT", transport).limit(limit));
+    run_matrix_with(world, scenario, transport, limit, &[]);
+}
+
+fn run_matrix_with(world: usize, scenario: &str, transport: &str, limit: u64, env: &[(&str, &str)]) {
+    let mut spec = JobSpec::new(world, scenario).env("RINGLEADER_TRANSPORT", transport).limit(limit);
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    let outs = run(spec);
     assert_all_ok(&outs);
     for o in &outs {
         assert!(o.lines("CHECKED").first().is_some_and(|c| c.parse::<usize>().unwrap() > 0), "{}", o.stdout);
@@ -246,8 +254,27 @@ fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks_over_tcp() {
 
 #[test]
 fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks_over_shared_memory() {
+    // Even world sizes move every frame from 4 KiB on single-copy (straight
+    // from the sender's memory); odd ones keep the default (1 MiB), so
+    // most of their frames go through the rings.
     for world in [1, 2, 3, 4, 5, 8] {
-        run_matrix(world, "matrix_large", "shm", 240);
+        let single_copy = if world % 2 == 0 { "4K" } else { "1M" };
+        run_matrix_with(world, "matrix_large", "shm", 240, &[("RINGLEADER_SHM_SINGLE_COPY", single_copy)]);
+    }
+}
+
+#[test]
+fn forced_recursive_doubling_on_large_messages_completes_over_both_transports() {
+    // Whole-buffer exchanges used to wait on each other once a message
+    // outgrew the transport's buffers (a timeout, never a result).
+    for (world, transport) in [(2, "tcp"), (3, "shm")] {
+        run_matrix_with(
+            world,
+            "matrix_large",
+            transport,
+            120,
+            &[("RINGLEADER_ALGO", "rd"), ("RINGLEADER_TIMEOUT", "20")],
+        );
     }
 }
 

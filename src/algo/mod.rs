@@ -35,6 +35,11 @@ pub(crate) const SCRATCH: u8 = 2;
 /// chains. Override with `RINGLEADER_ALGO`.
 pub(crate) const SMALL_BYTES: usize = 64 << 10;
 
+/// A broadcast between two ranks is one transfer with no hop to pipeline:
+/// one frame beats the chain's chunks up to here (measured crossover between
+/// 1 and 2 MiB, over TCP and shared memory alike).
+pub(crate) const PAIR_BROADCAST_BYTES: usize = 1 << 20;
+
 /// Which algorithm a collective runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
@@ -53,6 +58,15 @@ impl Algo {
             _ if bytes <= SMALL_BYTES => Algo::Small,
             _ => Algo::Large,
         }
+    }
+
+    /// [`Algo::pick`] for a broadcast among `n` ranks.
+    pub(crate) fn pick_broadcast(bytes: usize, n: usize, forced: Option<&str>) -> Algo {
+        let chosen = matches!(forced, Some("ring" | "chain" | "large" | "rd" | "tree" | "small"));
+        if !chosen && n == 2 && bytes <= PAIR_BROADCAST_BYTES {
+            return Algo::Small;
+        }
+        Algo::pick(bytes, forced)
     }
 }
 
@@ -194,7 +208,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             }
             prep.avg = avg(op, elems(OUT, 0, per_rank, esz));
         }
-        Coll::Broadcast { count, root } if n > 1 => match Algo::pick(count * esz, forced) {
+        Coll::Broadcast { count, root } if n > 1 => match Algo::pick_broadcast(count * esz, n, forced) {
             Algo::Small => tree::broadcast(plan, sh, count, root),
             Algo::Large => ring::broadcast(plan, sh, count, root),
         },

@@ -192,3 +192,19 @@ fn barrier_and_empty_collectives_complete() {
         simulate(n, 1, None, 7, 0, 0, ReduceOp::Sum, |_| Coll::AllGather { per_rank: 0 });
     }
 }
+
+#[test]
+fn algorithm_choice_follows_size_world_and_override() {
+    use super::{Algo, PAIR_BROADCAST_BYTES, SMALL_BYTES};
+    assert_eq!(Algo::pick(SMALL_BYTES, None), Algo::Small);
+    assert_eq!(Algo::pick(SMALL_BYTES + 1, None), Algo::Large);
+    // Two ranks broadcast in one frame up to 1 MiB; more ranks pipeline a chain.
+    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 2, None), Algo::Small);
+    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 2, Some("auto")), Algo::Small);
+    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES + 1, 2, None), Algo::Large);
+    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 3, None), Algo::Large);
+    assert_eq!(Algo::pick_broadcast(SMALL_BYTES, 3, None), Algo::Small);
+    // An explicit choice wins.
+    assert_eq!(Algo::pick_broadcast(1024, 2, Some("ring")), Algo::Large);
+    assert_eq!(Algo::pick_broadcast(64 << 20, 2, Some("tree")), Algo::Small);
+}

@@ -2,6 +2,11 @@
 //! binomial trees and the dissemination barrier, each `ceil(log2 n)` rounds.
 
 use super::{elems, Shape, IO, SCRATCH};
+
+/// Largest frame of the recursive-doubling all-reduce (see [`all_reduce`]):
+/// what the automatic choice ever sends that way, and well below what a
+/// shared-memory ring or a pair of socket buffers holds.
+pub(crate) const RD_PIECE: usize = super::SMALL_BYTES;
 use ringleader_transport::{Plan, RecvMode, Region};
 
 /// Largest power of two not above `x` (x >= 1).
@@ -16,27 +21,56 @@ fn pow2_floor(x: usize) -> usize {
 /// exchange whole buffers with `r ^ d` for `d = 1, 2, 4, ...` and reduce.
 /// Partners compute `a op b` and `b op a`, which IEEE arithmetic makes equal,
 /// so every rank ends with the same bits.
+///
+/// Buffers go in pieces of at most [`RD_PIECE`] bytes. A rank reduces into
+/// the bytes it is sending, so each piece's receive waits for that piece's
+/// send to be written out; with the whole buffer as one frame, two partners
+/// with more to send than the transport buffers would wait for each other
+/// forever (`RINGLEADER_ALGO=rd` on large messages). Messages the automatic
+/// choice sends this way fit in one piece.
 pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize) {
     let (r, n) = (sh.rank, sh.n);
     let p = pow2_floor(n);
-    let all = elems(IO, 0, count, sh.esz);
+    let per = (RD_PIECE / sh.esz).max(1);
+    // Zero elements still make one (empty) frame, so fingerprints meet.
+    let pieces = count.div_ceil(per).max(1);
+    let piece = |j: usize| elems(IO, j * per, per.min(count - (j * per).min(count)), sh.esz);
+    // The receives of one stage are consecutive: piece j's is at `base + j`.
+    let after = |base: Option<u32>, j: usize| base.map(|b| b + j as u32);
     if r >= p {
-        let folded = plan.send(sh.chan(r - p, 0), all, None);
-        plan.recv(sh.chan(r - p, 0), all, RecvMode::Copy, None, Some(folded));
+        for j in 0..pieces {
+            let folded = plan.send(sh.chan(r - p, 0), piece(j), None);
+            plan.recv(sh.chan(r - p, 0), piece(j), RecvMode::Copy, None, Some(folded));
+        }
         return;
     }
     let reduce = RecvMode::Reduce { with: None };
-    let mut prev = (r + p < n).then(|| plan.recv(sh.chan(r + p, 0), all, reduce, None, None));
+    let mut prev = None;
+    if r + p < n {
+        prev = Some(plan.recvs.len() as u32);
+        for j in 0..pieces {
+            plan.recv(sh.chan(r + p, 0), piece(j), reduce, None, None);
+        }
+    }
     let mut d = 1;
     while d < p {
         let partner = r ^ d;
-        let sent = plan.send(sh.chan(partner, 0), all, prev);
-        // Reduce only once our own buffer has left: the send reads it.
-        prev = Some(plan.recv(sh.chan(partner, 0), all, reduce, prev, Some(sent)));
+        let sent = plan.sends.len() as u32;
+        for j in 0..pieces {
+            plan.send(sh.chan(partner, 0), piece(j), after(prev, j));
+        }
+        let got = plan.recvs.len() as u32;
+        for j in 0..pieces {
+            // Reduce a piece only once it has left: the send reads it.
+            plan.recv(sh.chan(partner, 0), piece(j), reduce, after(prev, j), Some(sent + j as u32));
+        }
+        prev = Some(got);
         d <<= 1;
     }
     if r + p < n {
-        plan.send(sh.chan(r + p, 0), all, prev);
+        for j in 0..pieces {
+            plan.send(sh.chan(r + p, 0), piece(j), after(prev, j));
+        }
     }
 }
 

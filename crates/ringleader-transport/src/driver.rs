@@ -13,12 +13,13 @@
 //! peer matches the n-th send that peer planned toward us; the frame tag
 //! records that position and the header check catches any disagreement.
 
-use crate::frame::{check, Expect, FrameHeader, Verdict, HEADER_LEN};
+use crate::frame::{check, Expect, FrameHeader, FrameKind, Verdict, HEADER_LEN};
 use crate::link::{Link, ReadOutcome};
 use crate::shm::Waiter;
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
 use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, ReduceOp, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +27,11 @@ use std::time::{Duration, Instant};
 /// Bytes reduced per piece when a reduce-receive arrives: small enough to
 /// stay in cache between the copy out of the socket and the reduction.
 const STAGING: usize = 256 << 10;
+/// Bytes copied per `process_vm_readv` of a single-copy frame: the driver
+/// turns to its other links in between.
+const REMOTE_PIECE: usize = 2 << 20;
+/// Bytes of the address a single-copy descriptor carries.
+const ADDR_LEN: usize = 8;
 /// Longest single poll; the abort descriptor wakes us sooner.
 const MAX_POLL: Duration = Duration::from_secs(1);
 /// While shared-memory and TCP links are both pending, the poll on sockets
@@ -205,6 +211,17 @@ struct ChanRun {
     staged: usize,
     staging: Vec<u64>,
     active: bool,
+    /// The current send is a single-copy descriptor.
+    send_remote: bool,
+    /// Single-copy sends written but not yet copied by the peer: (ticket,
+    /// send index), in order.
+    acks: VecDeque<(u64, u32)>,
+    /// The current receive is a single-copy descriptor...
+    recv_remote: bool,
+    /// ...of the payload at this address in the peer...
+    recv_addr: [u8; ADDR_LEN],
+    /// ...of which this many bytes are copied.
+    remote_got: usize,
 }
 
 impl Default for ChanRun {
@@ -221,6 +238,11 @@ impl Default for ChanRun {
             staged: 0,
             staging: Vec::new(),
             active: false,
+            send_remote: false,
+            acks: VecDeque::new(),
+            recv_remote: false,
+            recv_addr: [0; ADDR_LEN],
+            remote_got: 0,
         }
     }
 }
@@ -233,10 +255,39 @@ pub struct Driver {
     active: Vec<usize>,
     send_done: Vec<bool>,
     recv_done: Vec<bool>,
+    /// Sends a receive of this rank waits for (`after_send`): they always
+    /// go through the ring, since a single-copy send completes only when
+    /// the peer has received it, and two ranks each waiting for their own
+    /// send before receiving the other's would wait forever.
+    gates: Vec<bool>,
+    /// This rank receives in the current plan. Only then may its sends go
+    /// single-copy: a rank that only sends (a broadcast's root) is idle
+    /// otherwise, so its copy into the ring is free and overlaps the
+    /// reader's copy out, which beats one copy done by the reader alone.
+    busy: bool,
     /// This rank's shared-memory doorbell, when it has local peers.
     waiter: Option<Waiter>,
-    /// How long to spin on shared-memory links before sleeping.
-    spin: Duration,
+    /// What to do on shared-memory links before sleeping.
+    idle: Idle,
+}
+
+/// How a rank waiting on shared memory passes the time before it sleeps on
+/// its doorbell (a futex wake-up costs tens of microseconds, and with more
+/// ranks than cores each hop of a collective can pay it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Poll for this long: for ranks that each have a core of their own.
+    Spin(Duration),
+    /// Poll for this long, yielding the core between polls: with more
+    /// ranks than cores, the rank we wait for is likely the one waiting
+    /// for our core, and yielding hands it over without a sleep.
+    Yield(Duration),
+}
+
+impl Default for Idle {
+    fn default() -> Idle {
+        Idle::Spin(Duration::ZERO)
+    }
 }
 
 /// The links a driver runs over: `links[peer][stream]`.
@@ -248,12 +299,11 @@ impl Driver {
         Driver::default()
     }
 
-    /// Lets the driver wait on shared-memory links: spin up to `spin`, then
-    /// sleep on `waiter` (this rank's doorbell). Spinning pays only while
-    /// every local rank has a core of its own; pass zero otherwise.
-    pub fn set_shm(&mut self, waiter: Waiter, spin: Duration) {
+    /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
+    /// sleep on `waiter` (this rank's doorbell).
+    pub fn set_shm(&mut self, waiter: Waiter, idle: Idle) {
         self.waiter = Some(waiter);
-        self.spin = spin;
+        self.idle = idle;
     }
 
     /// Runs `plan` to completion, or until an error, the abort signal, or
@@ -274,8 +324,16 @@ impl Driver {
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         self.prepare(links.len() * streams, streams, plan);
         let result = self.drive(links, bufs, plan, ops, abort, deadline, awaited, streams);
-        for &c in &self.active {
-            self.chans[c].active = false;
+        for &ci in &self.active {
+            let c = &mut self.chans[ci];
+            c.active = false;
+            if !c.acks.is_empty() {
+                // We fail while the peer may still copy from our buffers.
+                if let Link::Shm(l) = &links[ci / streams][ci % streams] {
+                    l.abandon_remote();
+                }
+                c.acks.clear();
+            }
         }
         // On failure the awaited peers stay published: they are evidence.
         if result.is_ok() {
@@ -293,6 +351,14 @@ impl Driver {
         self.send_done.resize(plan.sends.len(), false);
         self.recv_done.clear();
         self.recv_done.resize(plan.recvs.len(), false);
+        self.busy = plan.recvs.iter().any(|r| r.region.len > 0);
+        self.gates.clear();
+        self.gates.resize(plan.sends.len(), false);
+        for r in &plan.recvs {
+            if let Some(s) = r.after_send {
+                self.gates[s as usize] = true;
+            }
+        }
         let flat = |c: Chan| c.peer * streams + c.stream as usize;
         for (i, s) in plan.sends.iter().enumerate() {
             let c = self.activate(flat(s.chan));
@@ -315,6 +381,10 @@ impl Driver {
             c.send_off = 0;
             c.recv_off = 0;
             c.staged = 0;
+            c.send_remote = false;
+            c.recv_remote = false;
+            c.remote_got = 0;
+            c.acks.clear();
             self.active.push(idx);
         }
         &mut self.chans[idx]
@@ -343,7 +413,7 @@ impl Driver {
                 progressed |= self.pump_sends(ci, link, bufs, plan, ops)?;
                 progressed |= self.pump_recvs(ci, link, bufs, plan, ops)?;
                 let c = &self.chans[ci];
-                finished &= c.send_pos == c.sends.len() && c.recv_pos == c.recvs.len();
+                finished &= c.send_pos == c.sends.len() && c.recv_pos == c.recvs.len() && c.acks.is_empty();
             }
             if finished {
                 return Ok(());
@@ -355,11 +425,18 @@ impl Driver {
             abort.check()?;
             // Shared memory moves without a syscall to wait on: spin a
             // little (when the rank has a core to itself) before sleeping.
-            if self.waiter.is_some() && !self.spin.is_zero() {
+            if self.waiter.is_some() {
                 let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < self.spin {
-                    std::hint::spin_loop();
-                    continue;
+                match self.idle {
+                    Idle::Spin(d) if since.elapsed() < d => {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    Idle::Yield(d) if since.elapsed() < d => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    _ => {}
                 }
             }
             self.wait(links, plan, abort, deadline, &ops[0], awaited, streams)?;
@@ -377,21 +454,29 @@ impl Driver {
         plan: &Plan,
         ops: &[OpInfo],
     ) -> Result<bool> {
-        let mut moved = false;
         let c = &mut self.chans[ci];
+        let mut moved = settle_acks(c, link, &mut self.send_done);
         while let Some(&si) = c.sends.get(c.send_pos) {
             let item = plan.sends[si as usize];
             if item.after.is_some_and(|r| !self.recv_done[r as usize]) {
                 break;
             }
             let op = &ops[item.op as usize];
-            if c.send_off == 0 {
-                let tag = c.send_pos as u32;
-                c.send_hdr = FrameHeader::data(op.seq, op.fingerprint, tag, item.region.len as u64).encode();
-            }
             let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
-            let total = HEADER_LEN + data.len() + pad(data.len());
-            let n = write_frame(link, &c.send_hdr, data, c.send_off)
+            if c.send_off == 0 {
+                let (tag, len) = (c.send_pos as u32, item.region.len as u64);
+                c.send_remote = self.busy && !self.gates[si as usize] && single_copy(link, data.len());
+                let hdr = match c.send_remote {
+                    true => FrameHeader::remote(op.seq, op.fingerprint, tag, len),
+                    false => FrameHeader::data(op.seq, op.fingerprint, tag, len),
+                };
+                c.send_hdr = hdr.encode();
+            }
+            // A single-copy frame carries the payload's address instead.
+            let addr = (data.as_ptr() as u64).to_le_bytes();
+            let body: &[u8] = if c.send_remote { &addr } else { data };
+            let total = HEADER_LEN + body.len() + pad(body.len());
+            let n = write_frame(link, &c.send_hdr, body, c.send_off)
                 .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
             if n == 0 {
                 break;
@@ -401,7 +486,10 @@ impl Driver {
             if c.send_off == total {
                 c.send_off = 0;
                 c.send_pos += 1;
-                self.send_done[si as usize] = true;
+                match (c.send_remote, &mut *link) {
+                    (true, Link::Shm(l)) => c.acks.push_back((l.remote_sent(), si)),
+                    _ => self.send_done[si as usize] = true,
+                }
             }
         }
         Ok(moved)
@@ -442,7 +530,18 @@ impl Driver {
                 if c.recv_off < HEADER_LEN {
                     continue;
                 }
-                check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
+                c.recv_remote = check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
+            }
+            if c.recv_remote {
+                if !recv_single_copy(c, link, bufs, &item, op, &mut moved)? {
+                    break;
+                }
+                c.recv_off = 0;
+                c.remote_got = 0;
+                c.recv_remote = false;
+                c.recv_pos += 1;
+                self.recv_done[ri as usize] = true;
+                continue;
             }
             let payload_end = HEADER_LEN + item.region.len;
             if c.recv_off < payload_end {
@@ -495,6 +594,14 @@ impl Driver {
         for &ci in &self.active {
             let c = &self.chans[ci];
             let mut flags = PollFlags::empty();
+            if !c.acks.is_empty() {
+                // Waiting for the peer to copy a single-copy frame.
+                flags |= PollFlags::OUT;
+                let peer = ci / streams;
+                if peer < 64 {
+                    waiting_for |= 1 << peer;
+                }
+            }
             if let Some(&si) = c.sends.get(c.send_pos) {
                 if plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) {
                     flags |= PollFlags::OUT;
@@ -562,7 +669,11 @@ impl Driver {
                 plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.shm_ready(true)
             });
             let recv = c.recvs.get(c.recv_pos).is_some_and(|_| link.shm_ready(false));
-            send || recv
+            let acked = match (c.acks.front(), link) {
+                (Some(&(ticket, _)), Link::Shm(l)) => l.remote_acked() >= ticket,
+                _ => false,
+            };
+            send || recv || acked
         })
     }
 }
@@ -603,11 +714,12 @@ pub fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Res
 
 /// Checks a received header against what `op` expects as frame `tag` of
 /// `len` bytes: a different call is a mismatch naming both fingerprints.
-pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<()> {
+/// Returns whether the frame is a single-copy descriptor.
+pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<bool> {
     let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
     let want = Expect { seq: op.seq, fingerprint: op.fingerprint, tag, len: len as u64 };
     match check(&h, &want, op.checks) {
-        Verdict::Ok => Ok(()),
+        Verdict::Ok => Ok(h.kind == FrameKind::Remote),
         Verdict::Goodbye { seq } => Err(Error::PeerLeft { peer, op: op.fingerprint.op, seq: op.seq, their_seq: seq }),
         Verdict::Mismatch { seq, fingerprint } => {
             Err(Error::FrameMismatch { peer, seq: op.seq, ours: op.fingerprint, their_seq: seq, theirs: fingerprint })
@@ -619,6 +731,92 @@ pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op
             detail: format!("it sent frame {t} of {l} bytes where frame {tag} of {len} bytes was expected"),
         }),
     }
+}
+
+/// Whether a frame of `len` bytes goes single-copy on `link`.
+#[inline]
+fn single_copy(link: &Link, len: usize) -> bool {
+    match link {
+        Link::Shm(l) => l.single_copy_min().is_some_and(|min| len >= min.max(1)),
+        _ => false,
+    }
+}
+
+/// Completes the single-copy sends the peer has copied. Returns whether any
+/// did.
+fn settle_acks(c: &mut ChanRun, link: &Link, send_done: &mut [bool]) -> bool {
+    let Link::Shm(l) = link else { return false };
+    let Some(&(ticket, _)) = c.acks.front() else { return false };
+    let acked = l.remote_acked();
+    if acked < ticket {
+        return false;
+    }
+    while let Some(&(t, si)) = c.acks.front() {
+        if t > acked {
+            break;
+        }
+        send_done[si as usize] = true;
+        c.acks.pop_front();
+    }
+    true
+}
+
+/// Receives a single-copy frame whose header is read: its address, then its
+/// payload, a piece per call, straight from the peer's memory into the
+/// region (copy) or through the staging buffer (reduce); then acknowledges
+/// it. Returns whether the frame is complete.
+fn recv_single_copy(
+    c: &mut ChanRun,
+    link: &mut Link,
+    bufs: &mut [Buf<'_>],
+    item: &RecvItem,
+    op: &OpInfo,
+    moved: &mut bool,
+) -> Result<bool> {
+    let peer = link.peer();
+    let Link::Shm(l) = link else {
+        let detail = "a single-copy frame arrived on a link that is not shared memory".to_string();
+        return Err(Error::PeerProtocol { peer, detail });
+    };
+    let addr_end = HEADER_LEN + ADDR_LEN;
+    while c.recv_off < addr_end {
+        let n = l.try_read(&mut c.recv_addr[c.recv_off - HEADER_LEN..]).map_err(|e| lost(peer, op, &e.to_string()))?;
+        if n == 0 {
+            return Ok(false);
+        }
+        *moved = true;
+        c.recv_off += n;
+    }
+    let addr = u64::from_le_bytes(c.recv_addr);
+    let failed = |e: std::io::Error| lost(peer, op, &format!("copying from its memory failed: {e}"));
+    let left = item.region.len - c.remote_got;
+    if left > 0 {
+        let at = addr.wrapping_add(c.remote_got as u64);
+        let n = match item.mode {
+            RecvMode::Copy => {
+                let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
+                l.read_remote(at, &mut dst[c.remote_got..c.remote_got + left.min(REMOTE_PIECE)]).map_err(failed)?
+            }
+            RecvMode::Reduce { with } => {
+                if c.staging.is_empty() {
+                    c.staging = vec![0u64; STAGING / 8];
+                }
+                let stage: &mut [u8] = bytemuck::cast_slice_mut(&mut c.staging);
+                let esz = op.fingerprint.dtype.size();
+                // Whole elements only: a short read leaves the rest for the next call.
+                let n = l.read_remote(at, &mut stage[..left.min(STAGING)]).map_err(failed)? / esz * esz;
+                reduce_piece(bufs, item, with, c.remote_got, &stage[..n], op);
+                n
+            }
+        };
+        *moved = true;
+        c.remote_got += n;
+        if c.remote_got < item.region.len {
+            return Ok(false);
+        }
+    }
+    l.finish_remote().map_err(|e| lost(peer, op, &e.to_string()))?;
+    Ok(true)
 }
 
 fn rw<'b>(bufs: &'b mut [Buf<'_>], i: u8) -> &'b mut [u8] {
@@ -768,5 +966,172 @@ fn pair<'b>(bufs: &'b mut [Buf<'_>], d: u8, s: u8) -> (&'b mut [u8], &'b [u8]) {
             },
             lo[s].bytes(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::{test_pair, ShmLink, Waiter};
+    use ringleader_core::{DType, OpKind};
+
+    const MIB: usize = 1 << 20;
+
+    fn op() -> OpInfo {
+        OpInfo { seq: 1, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::U8, 3), checks: true }
+    }
+
+    /// One rank of a shared-memory pair: its driver, links and buffers.
+    struct Side {
+        driver: Driver,
+        links: Vec<Vec<Link>>,
+        abort: AbortSignal,
+    }
+
+    fn side(me: Rank, link: ShmLink, waiter: Waiter) -> Side {
+        let mut driver = Driver::new();
+        let abort = AbortSignal::new().unwrap();
+        waiter.wake_on(&abort);
+        driver.set_shm(waiter, Idle::Spin(Duration::from_micros(20)));
+        let mut links = vec![Vec::new(), Vec::new()];
+        links[1 - me] = vec![Link::Shm(link)];
+        Side { driver, links, abort }
+    }
+
+    impl Side {
+        fn run(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration) -> Result<()> {
+            let deadline = Some(Instant::now() + within);
+            self.driver.run(&mut self.links, bufs, plan, &[op()], &self.abort, deadline, &AtomicU64::new(0))
+        }
+
+        fn acked(&self) -> u64 {
+            match self.links.iter().flatten().next() {
+                Some(Link::Shm(l)) => l.remote_acked(),
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    /// Both ranks send `len` bytes of buffer 0 and receive the peer's into
+    /// buffer 1, copied or reduced (u8 sum into the pattern already there).
+    fn exchange(mode: RecvMode, len: usize) -> Plan {
+        let chan = Chan { peer: 0, stream: 0 };
+        let mut plan = Plan::default();
+        plan.send(chan, Region::new(0, 0, len), None);
+        plan.recv(chan, Region::new(1, 0, len), mode, None, None);
+        plan
+    }
+
+    fn for_peer(mut plan: Plan, peer: Rank) -> Plan {
+        plan.sends.iter_mut().for_each(|s| s.chan.peer = peer);
+        plan.recvs.iter_mut().for_each(|r| r.chan.peer = peer);
+        plan
+    }
+
+    /// One rank's half of [`exchange`]: sends `pattern(seed_in)`, receives
+    /// into `pattern(seed_out)`; returns what it ends with and its acks.
+    fn exchange_side(
+        me: Rank,
+        link: ShmLink,
+        waiter: Waiter,
+        mode: RecvMode,
+        len: usize,
+        seeds: (u8, u8),
+    ) -> (Vec<u8>, u64) {
+        let mut s = side(me, link, waiter);
+        let input = pattern(seeds.0, len);
+        let mut out = pattern(seeds.1, len);
+        let plan = for_peer(exchange(mode, len), 1 - me);
+        s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &plan, Duration::from_secs(20)).unwrap();
+        (out, s.acked())
+    }
+
+    #[test]
+    fn large_frames_between_busy_ranks_go_single_copy_copied_and_reduced() {
+        for (run, mode) in [("t-drv-copy", RecvMode::Copy), ("t-drv-red", RecvMode::Reduce { with: None })] {
+            let (a, b, wa, wb) = test_pair(run);
+            let len = 3 * MIB + 8;
+            let t = std::thread::spawn(move || exchange_side(1, b, wb, mode, len, (1, 7)));
+            let (out, acked) = exchange_side(0, a, wa, mode, len, (2, 9));
+            let (out_b, acked_b) = t.join().unwrap();
+            let want = |from: &[u8], had: &[u8]| -> Vec<u8> {
+                match mode {
+                    RecvMode::Copy => from.to_vec(),
+                    RecvMode::Reduce { .. } => from.iter().zip(had).map(|(x, y)| x.wrapping_add(*y)).collect(),
+                }
+            };
+            assert!(out == want(&pattern(1, len), &pattern(9, len)), "rank 0 got wrong bytes ({mode:?})");
+            assert!(out_b == want(&pattern(2, len), &pattern(7, len)), "rank 1 got wrong bytes ({mode:?})");
+            // Each side's one frame went single-copy and was acknowledged.
+            assert_eq!((acked, acked_b), (1, 1), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_send_a_receive_waits_for_and_a_sender_that_only_sends_use_the_ring() {
+        // Recursive doubling's swap: each rank reduces into the buffer it
+        // sends, so its receive waits for its own send. Single copy would
+        // wait for the peer's receive: both would wait forever.
+        let (a, b, wa, wb) = test_pair("t-drv-gate");
+        let len = MIB;
+        let swap = move |peer| {
+            let chan = Chan { peer, stream: 0 };
+            let mut plan = Plan::default();
+            let sent = plan.send(chan, Region::new(0, 0, len), None);
+            plan.recv(chan, Region::new(0, 0, len), RecvMode::Reduce { with: None }, None, Some(sent));
+            plan
+        };
+        let t = std::thread::spawn(move || {
+            let mut s = side(1, b, wb);
+            let mut buf = vec![1u8; len];
+            s.run(&mut [Buf::Rw(&mut buf)], &swap(0), Duration::from_secs(10)).unwrap();
+            // A rank that only receives...
+            let mut got = vec![0u8; 2 * MIB];
+            let mut plan = Plan::default();
+            plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, 2 * MIB), RecvMode::Copy, None, None);
+            s.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
+            (buf, got)
+        });
+        let mut s = side(0, a, wa);
+        let mut buf = vec![2u8; len];
+        s.run(&mut [Buf::Rw(&mut buf)], &swap(1), Duration::from_secs(10)).unwrap();
+        // ...from one that only sends (a broadcast's root): through the ring.
+        let data = pattern(5, 2 * MIB);
+        let mut plan = Plan::default();
+        plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, 2 * MIB), None);
+        s.run(&mut [Buf::Ro(&data)], &plan, Duration::from_secs(10)).unwrap();
+        let (buf_b, got) = t.join().unwrap();
+        assert!(buf.iter().chain(&buf_b).all(|&x| x == 3));
+        assert!(got == data);
+        assert_eq!(s.acked(), 0, "nothing went single-copy");
+    }
+
+    #[test]
+    fn a_sender_that_fails_abandons_its_single_copy_frames() {
+        let (a, b, wa, wb) = test_pair("t-drv-abandon");
+        let len = MIB;
+        let mut s = side(0, a, wa);
+        let input = pattern(3, len);
+        let mut out = vec![0u8; len];
+        // Rank 1 is not there yet: rank 0 posts its frame and times out.
+        let e = s
+            .run(
+                &mut [Buf::Ro(&input), Buf::Rw(&mut out)],
+                &for_peer(exchange(RecvMode::Copy, len), 1),
+                Duration::from_millis(200),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+        // Rank 1 then finds the descriptor, but must not trust what it reads.
+        let mut r = side(1, b, wb);
+        let mut got = vec![0u8; len];
+        let mut plan = Plan::default();
+        plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
+        let e = r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("gave up on the transfer"), "{e}");
     }
 }

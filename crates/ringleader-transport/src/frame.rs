@@ -10,12 +10,17 @@
 //! ```text
 //!  0  magic   u16  0x4c52 ("RL")
 //!  2  version u8   FRAME_VERSION
-//!  3  kind    u8   0 = data, 1 = goodbye (the peer left cleanly)
+//!  3  kind    u8   0 = data, 1 = goodbye (the peer left cleanly),
+//!                  2 = single-copy descriptor (shared memory only)
 //!  4  tag     u32  frame index on this channel within the collective
 //!  8  seq     u64  collective sequence number (per pair for send/recv)
 //! 16  fp      16   Fingerprint::encode
 //! 32  len     u64  payload bytes that follow
 //! ```
+//!
+//! A single-copy descriptor carries, instead of the `len` payload bytes, the
+//! 8-byte address where they lie in the sender's memory (see
+//! [`crate::shm`]); it is checked like a data frame.
 //!
 //! The payload is followed by zero padding up to a multiple of 8 bytes, so
 //! every header and payload starts 8-byte aligned in the stream (shared
@@ -36,6 +41,9 @@ pub enum FrameKind {
     Data,
     /// The peer destroyed its communicator; no more frames follow.
     Goodbye,
+    /// Payload of a collective, left in the sender's memory for the
+    /// receiver to copy (shared memory only): an address follows.
+    Remote,
 }
 
 /// One frame header.
@@ -83,6 +91,11 @@ impl FrameHeader {
         FrameHeader { kind: FrameKind::Data, tag, seq, fingerprint, len }
     }
 
+    /// The header of a single-copy descriptor for `len` payload bytes.
+    pub fn remote(seq: u64, fingerprint: Fingerprint, tag: u32, len: u64) -> FrameHeader {
+        FrameHeader { kind: FrameKind::Remote, tag, seq, fingerprint, len }
+    }
+
     /// The header of a goodbye frame (sent when a communicator is destroyed).
     pub fn goodbye(seq: u64, fingerprint: Fingerprint) -> FrameHeader {
         FrameHeader { kind: FrameKind::Goodbye, tag: 0, seq, fingerprint, len: 0 }
@@ -96,6 +109,7 @@ impl FrameHeader {
         b[3] = match self.kind {
             FrameKind::Data => 0,
             FrameKind::Goodbye => 1,
+            FrameKind::Remote => 2,
         };
         b[4..8].copy_from_slice(&self.tag.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
@@ -116,6 +130,7 @@ impl FrameHeader {
         let kind = match b[3] {
             0 => FrameKind::Data,
             1 => FrameKind::Goodbye,
+            2 => FrameKind::Remote,
             _ => return Err(DecodeError::Malformed("unknown frame kind")),
         };
         let fingerprint =
@@ -206,6 +221,15 @@ mod tests {
 
     fn fp(n: u64) -> Fingerprint {
         Fingerprint::new(OpKind::AllReduce, DType::F32, n).with_reduce_op(ReduceOp::Sum)
+    }
+
+    #[test]
+    fn remote_descriptors_round_trip_and_check_like_data() {
+        let h = FrameHeader::remote(3, fp(2), 1, 1 << 20);
+        assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
+        let want = Expect { seq: 3, fingerprint: fp(2), tag: 1, len: 1 << 20 };
+        assert_eq!(check(&h, &want, true), Verdict::Ok);
+        assert!(matches!(check(&FrameHeader::remote(4, fp(2), 1, 1 << 20), &want, true), Verdict::Mismatch { .. }));
     }
 
     #[test]

@@ -29,6 +29,6 @@ pub mod rdma;
 pub mod shm;
 pub mod tcp;
 
-pub use driver::{Buf, Chan, Driver, OpInfo, Plan, RecvMode, Region};
+pub use driver::{Buf, Chan, Driver, Idle, OpInfo, Plan, RecvMode, Region};
 pub use link::Link;
 pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};

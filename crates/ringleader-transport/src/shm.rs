@@ -17,6 +17,17 @@
 //! so a job whose ranks are killed leaves nothing behind. Files of crashed
 //! start-ups (the owner's pid is dead) are removed by the next job.
 //!
+//! Large frames can skip the ring ("single copy"): the writer puts only a
+//! descriptor (the payload's address in its own memory) into the ring, the
+//! reader copies the payload straight from the writer's process into its
+//! destination with `process_vm_readv` (cross-memory attach), and then
+//! acknowledges it in its ring header, which is when the writer's send
+//! completes. One copy instead of two (into the ring, out of it) is what
+//! bandwidth-bound transfers need. The reader only accepts descriptors from
+//! a peer whose memory it proved it can read at set-up (a random nonce at a
+//! published address), so ptrace restrictions, seccomp or separate pid
+//! namespaces leave the ring in use rather than fail a collective.
+//!
 //! Everything read from shared memory (the ring positions) is bounded before
 //! use: a corrupt or malicious peer can make this rank fail, never make it
 //! read or write outside the mapping.
@@ -36,27 +47,44 @@ use std::time::Duration;
 
 /// Bytes of one ring (a power of two, a multiple of 8).
 pub const RING_BYTES: usize = 2 << 20;
+/// A long write publishes its progress (and rings the reader's doorbell)
+/// every this many bytes, so copying in and copying out overlap.
+const PUBLISH_EVERY: usize = 128 << 10;
 const LINE: usize = 64;
 /// Doorbell line, then two lines per ring header.
 const HEADER_BYTES: usize = LINE;
 const RING_HEADER_BYTES: usize = 2 * LINE;
 const MAGIC: u64 = 0x524c_5348_4d30_3031; // "RLSHM001"
 
-/// The futex word and sleeper count a rank waits on.
+/// The futex word and sleeper count a rank waits on, and what its peers
+/// need to read its memory directly (its pid, and where a nonce lies).
 #[repr(C)]
 struct Doorbell {
     magic: AtomicU64,
     epoch: AtomicU32,
     sleepers: AtomicU32,
+    pid: AtomicU32,
+    _reserved: AtomicU32,
+    probe_addr: AtomicU64,
+    probe_nonce: AtomicU64,
 }
 
 /// Positions of one ring: total bytes written and read, on separate cache
-/// lines (the writer owns `head`, the reader `tail`).
+/// lines. The writer owns the first line, the reader the second.
 #[repr(C)]
 struct RingHeader {
     head: AtomicU64,
-    _pad: [u8; LINE - 8],
+    /// Single-copy frames the writer gave up on (it failed while the reader
+    /// might still read them): a reader that finds its frame among them
+    /// fails instead of trusting bytes that may have changed.
+    abandoned: AtomicU64,
+    _pad: [u8; LINE - 16],
     tail: AtomicU64,
+    /// Single-copy frames the reader has copied (the writer's sends
+    /// complete when this passes them).
+    remote_done: AtomicU64,
+    /// Non-zero when the reader can read the writer's memory.
+    remote_ok: AtomicU64,
 }
 
 /// A mapped segment.
@@ -160,6 +188,10 @@ pub struct Domain {
     local: Vec<Rank>,
     rank: Rank,
     streams: usize,
+    /// The nonce peers read to prove they can reach this process's memory.
+    _probe: Box<u64>,
+    /// Frames from this many bytes on go single-copy (`None`: never).
+    single_copy: Option<usize>,
 }
 
 impl std::fmt::Debug for Domain {
@@ -175,7 +207,16 @@ fn shm_error(what: &str, e: impl std::fmt::Display) -> Error {
 impl Domain {
     /// Creates this rank's segment, with `streams` incoming rings per local
     /// peer. `local` lists the ranks on this host, this one included.
-    pub fn create(run_id: &str, rank: Rank, world: usize, local: &[Rank], streams: usize) -> Result<Domain> {
+    /// Frames of `single_copy` bytes or more skip the ring where the peer
+    /// allows it (`None`: never; see the module docs).
+    pub fn create(
+        run_id: &str,
+        rank: Rank,
+        world: usize,
+        local: &[Rank],
+        streams: usize,
+        single_copy: Option<usize>,
+    ) -> Result<Domain> {
         remove_stale_segments();
         let mut local = local.to_vec();
         local.sort_unstable();
@@ -191,8 +232,14 @@ impl Domain {
             shm_error(&format!("cannot size or map {name} ({len} bytes; is /dev/shm large enough?)"), e)
         })?;
         // Fresh pages are zero: positions start at 0. The magic says "ready".
-        own.doorbell().magic.store(MAGIC, Ordering::Release);
-        Ok(Domain { own, own_name: name, peers: (0..world).map(|_| None).collect(), local, rank, streams })
+        let probe = Box::new(nonce(&name));
+        let bell = own.doorbell();
+        bell.pid.store(std::process::id(), Ordering::Relaxed);
+        bell.probe_addr.store(&*probe as *const u64 as u64, Ordering::Relaxed);
+        bell.probe_nonce.store(*probe, Ordering::Relaxed);
+        bell.magic.store(MAGIC, Ordering::Release);
+        let peers = (0..world).map(|_| None).collect();
+        Ok(Domain { own, own_name: name, peers, local, rank, streams, _probe: probe, single_copy })
     }
 
     /// The name peers open this rank's segment by.
@@ -216,6 +263,7 @@ impl Domain {
             abort.check()?;
             let why = match self.try_open(name, len) {
                 Ok(m) => {
+                    self.allow_single_copy(peer, &m);
                     self.peers[peer] = Some(m);
                     return Ok(());
                 }
@@ -240,6 +288,27 @@ impl Domain {
             return Err("was never marked ready".into());
         }
         Ok(m)
+    }
+
+    /// Tells `peer` it may send single-copy frames to this rank, if this
+    /// rank can read the peer's memory: it reads the nonce the peer
+    /// published and compares.
+    fn allow_single_copy(&self, peer: Rank, m: &Mapping) {
+        if self.single_copy.is_none() {
+            return;
+        }
+        let bell = m.doorbell();
+        let (pid, addr) = (bell.pid.load(Ordering::Relaxed), bell.probe_addr.load(Ordering::Relaxed));
+        let mut got = [0u8; 8];
+        match read_process(pid, addr, &mut got) {
+            Ok(8) if u64::from_ne_bytes(got) == bell.probe_nonce.load(Ordering::Relaxed) => {
+                for s in 0..self.streams {
+                    self.own.ring_header(self.slot(self.rank, peer, s)).remote_ok.store(1, Ordering::Release);
+                }
+            }
+            Ok(_) => tracing::debug!(peer, pid, "single copy from rank {peer} is off: its memory reads back wrong"),
+            Err(e) => tracing::debug!(peer, pid, "single copy from rank {peer} is off: cannot read pid {pid}: {e}"),
+        }
     }
 
     /// Removes this rank's segment file (the mapping stays). Call once
@@ -272,6 +341,8 @@ impl Domain {
                     rx: d.slot(d.rank, peer, s),
                     tx: d.slot(peer, d.rank, s),
                     rings,
+                    remote_sent: 0,
+                    remote_read: 0,
                 })
                 .collect();
             out.push((peer, links));
@@ -339,12 +410,40 @@ pub struct ShmLink {
     /// Our outgoing ring (in the peer's segment).
     tx: usize,
     rings: usize,
+    /// Single-copy frames written (the tickets their acks are matched to).
+    remote_sent: u64,
+    /// Single-copy frames read.
+    remote_read: u64,
 }
 
 impl std::fmt::Debug for ShmLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmLink").field("peer", &self.peer).finish()
     }
+}
+
+/// A 64-bit value no other process can guess, for the single-copy probe.
+fn nonce(name: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(name.as_bytes());
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() | 1
+}
+
+/// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`
+/// (cross-memory attach); returns how many arrived.
+fn read_process(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<usize> {
+    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() };
+    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: dst.len() };
+    // SAFETY: `local` describes `dst`, which we borrow mutably for the
+    // call; the kernel validates the remote range and fails with EFAULT
+    // rather than touch anything else.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 /// A ring position that does not make sense: the peer corrupted it.
@@ -374,12 +473,12 @@ impl ShmLink {
             return Err(corrupt(self.peer));
         }
         let mut free = RING_BYTES - used as usize;
-        let mut pos = head;
+        let (mut pos, mut published) = (head, head);
         for b in bufs {
             let mut src: &[u8] = b;
             while !src.is_empty() && free > 0 {
                 let at = (pos % RING_BYTES as u64) as usize;
-                let n = src.len().min(free).min(RING_BYTES - at);
+                let n = src.len().min(free).min(RING_BYTES - at).min(PUBLISH_EVERY);
                 // SAFETY: [at, at+n) lies in the ring (n <= RING_BYTES - at)
                 // and in its free part, which the reader does not touch
                 // until `head` moves past it below.
@@ -387,14 +486,19 @@ impl ShmLink {
                 src = &src[n..];
                 free -= n;
                 pos += n as u64;
+                // Publish as we go, so the reader copies out while we copy in.
+                if pos - published >= PUBLISH_EVERY as u64 {
+                    h.head.store(pos, Ordering::Release);
+                    ring_bell(m.doorbell());
+                    published = pos;
+                }
             }
         }
-        let written = (pos - head) as usize;
-        if written > 0 {
+        if pos != published {
             h.head.store(pos, Ordering::Release);
             ring_bell(m.doorbell());
         }
-        Ok(written)
+        Ok((pos - head) as usize)
     }
 
     /// Readable bytes of the incoming ring as one contiguous piece (up to
@@ -455,6 +559,74 @@ impl ShmLink {
         Ok(used)
     }
 
+    /// The size from which frames to this peer may go single-copy, if the
+    /// peer can read this process's memory and this rank allows it.
+    #[inline]
+    pub fn single_copy_min(&self) -> Option<usize> {
+        let min = self.domain.single_copy?;
+        (self.peer_map().ring_header(self.tx).remote_ok.load(Ordering::Relaxed) != 0).then_some(min)
+    }
+
+    /// Records that a single-copy descriptor went into the ring; returns
+    /// its ticket: the send completes once [`ShmLink::remote_acked`]
+    /// reaches it.
+    pub fn remote_sent(&mut self) -> u64 {
+        self.remote_sent += 1;
+        self.remote_sent
+    }
+
+    /// How many of our single-copy frames the peer has copied.
+    #[inline]
+    pub fn remote_acked(&self) -> u64 {
+        self.peer_map().ring_header(self.tx).remote_done.load(Ordering::Acquire)
+    }
+
+    /// Gives up on every single-copy frame sent so far: the caller fails
+    /// and may reuse the buffers, so a peer still reading one must not
+    /// trust what it read.
+    pub fn abandon_remote(&self) {
+        let h = self.peer_map().ring_header(self.tx);
+        h.abandoned.store(self.remote_sent, Ordering::SeqCst);
+        ring_bell(self.peer_map().doorbell());
+    }
+
+    /// Copies part of a single-copy frame from the peer's memory at `addr`
+    /// into `dst`; returns how many bytes arrived (never 0 for a non-empty
+    /// `dst`: that is an error).
+    pub fn read_remote(&self, addr: u64, dst: &mut [u8]) -> std::io::Result<usize> {
+        if self.domain.own.ring_header(self.rx).remote_ok.load(Ordering::Relaxed) == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("rank {} sent a single-copy frame it was not allowed to", self.peer),
+            ));
+        }
+        let pid = self.peer_map().doorbell().pid.load(Ordering::Relaxed);
+        match read_process(pid, addr, dst)? {
+            0 if !dst.is_empty() => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("reading rank {}'s memory (pid {pid}) returned nothing", self.peer),
+            )),
+            n => Ok(n),
+        }
+    }
+
+    /// Acknowledges a single-copy frame read in full, unless the writer
+    /// abandoned it meanwhile (then the bytes read cannot be trusted).
+    pub fn finish_remote(&mut self) -> std::io::Result<()> {
+        self.remote_read += 1;
+        let h = self.domain.own.ring_header(self.rx);
+        fence(Ordering::SeqCst);
+        if h.abandoned.load(Ordering::SeqCst) >= self.remote_read {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!("rank {} gave up on the transfer while it was read", self.peer),
+            ));
+        }
+        h.remote_done.store(self.remote_read, Ordering::Release);
+        ring_bell(self.peer_map().doorbell());
+        Ok(())
+    }
+
     /// Whether a read or a write (per `write`) could make progress now.
     pub fn ready(&self, write: bool) -> bool {
         if write {
@@ -468,25 +640,35 @@ impl ShmLink {
     }
 }
 
+/// Two "ranks" in one process, each with its own domain; frames from 64
+/// bytes on go single-copy.
+#[cfg(test)]
+pub(crate) fn test_pair(run: &str) -> (ShmLink, ShmLink, Waiter, Waiter) {
+    test_pair_with(run, [Some(64), Some(64)])
+}
+
+/// [`test_pair`] with each rank's single-copy setting.
+#[cfg(test)]
+pub(crate) fn test_pair_with(run: &str, single_copy: [Option<usize>; 2]) -> (ShmLink, ShmLink, Waiter, Waiter) {
+    let abort = AbortSignal::new().unwrap();
+    let mut a = Domain::create(run, 0, 2, &[0, 1], 1, single_copy[0]).unwrap();
+    let mut b = Domain::create(run, 1, 2, &[0, 1], 1, single_copy[1]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    let (na, nb) = (a.name().to_string(), b.name().to_string());
+    a.open_peer(1, &nb, deadline, &abort).unwrap();
+    b.open_peer(0, &na, deadline, &abort).unwrap();
+    a.unlink();
+    b.unlink();
+    let (mut la, wa) = a.links();
+    let (mut lb, wb) = b.links();
+    (la.remove(0).1.remove(0), lb.remove(0).1.remove(0), wa, wb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Two "ranks" in one process, each with its own domain.
-    fn pair(run: &str) -> (ShmLink, ShmLink, Waiter, Waiter) {
-        let abort = AbortSignal::new().unwrap();
-        let mut a = Domain::create(run, 0, 2, &[0, 1], 1).unwrap();
-        let mut b = Domain::create(run, 1, 2, &[0, 1], 1).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(1);
-        let (na, nb) = (a.name().to_string(), b.name().to_string());
-        a.open_peer(1, &nb, deadline, &abort).unwrap();
-        b.open_peer(0, &na, deadline, &abort).unwrap();
-        a.unlink();
-        b.unlink();
-        let (mut la, wa) = a.links();
-        let (mut lb, wb) = b.links();
-        (la.remove(0).1.remove(0), lb.remove(0).1.remove(0), wa, wb)
-    }
+    pub(crate) use super::test_pair as pair;
 
     #[test]
     fn bytes_flow_both_ways_across_the_wrap() {
@@ -547,6 +729,38 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         abort.abort(Error::aborted("stop"));
         assert!(t.join().unwrap() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn single_copy_frames_are_read_from_the_writers_memory_and_acknowledged() {
+        let (mut a, mut b, _, _) = pair("t-remote");
+        // The probe at set-up read the other domain's nonce (same process here).
+        assert_eq!(a.single_copy_min(), Some(64));
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 13) as u8).collect();
+        let ticket = a.remote_sent();
+        assert_eq!(a.remote_acked(), 0);
+        let mut got = vec![0u8; 1000];
+        assert_eq!(b.read_remote(payload.as_ptr() as u64, &mut got).unwrap(), 1000);
+        assert_eq!(got, payload);
+        b.finish_remote().unwrap();
+        assert_eq!(a.remote_acked(), ticket);
+        // A frame the writer abandoned fails the reader, even if it read.
+        a.remote_sent();
+        a.abandon_remote();
+        b.read_remote(payload.as_ptr() as u64, &mut got).unwrap();
+        assert_eq!(b.finish_remote().unwrap_err().kind(), std::io::ErrorKind::ConnectionAborted);
+        // A bad address is an error, not a crash.
+        assert!(b.read_remote(8, &mut got).is_err());
+    }
+
+    #[test]
+    fn single_copy_is_refused_unless_the_reader_proved_it_can() {
+        // Rank 1 turned single copy off: it never tells rank 0 it may.
+        let (a, b, _, _) = super::test_pair_with("t-nocma", [Some(64), None]);
+        assert_eq!(a.single_copy_min(), None, "rank 1 did not allow it");
+        assert_eq!(b.single_copy_min(), None, "rank 1 does not use it");
+        let mut got = [0u8; 8];
+        assert_eq!(b.read_remote(got.as_ptr() as u64, &mut got).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     }
 
     #[test]
