@@ -56,8 +56,10 @@ def mpi_worker(args):
         if shape is None:
             continue
         in_len, out_len, count, real_bytes = shape
-        inp = np.zeros(in_len, dtype=np.float32)
-        out = np.zeros(out_len, dtype=np.float32)
+        # Written, not just allocated: an untouched array reads as the shared
+        # zero page, which costs no memory bandwidth (see bench_vs_gloo.py).
+        inp = np.ones(in_len, dtype=np.float32)
+        out = np.ones(out_len, dtype=np.float32)
         calls = {
             # In place, as ringleader's and gloo's all_reduce and reduce are.
             "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, inp, op=MPI.SUM),

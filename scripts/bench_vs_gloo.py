@@ -138,8 +138,11 @@ def gloo_worker(args):
         if shape is None:
             continue
         in_len, out_len, count, real_bytes = shape
-        inp = torch.zeros(in_len, dtype=torch.float32)
-        out = torch.zeros(out_len, dtype=torch.float32)
+        # Written, not just allocated: untouched pages read as the kernel's
+        # shared zero page, which costs no memory bandwidth and would flatter
+        # any copy out of them (ringleader perf fills its buffers too).
+        inp = torch.ones(in_len, dtype=torch.float32)
+        out = torch.ones(out_len, dtype=torch.float32)
         if op == "all_reduce":
             call = lambda: dist.all_reduce(inp, op=dist.ReduceOp.SUM)  # noqa: E731
         elif op == "all_gather":
