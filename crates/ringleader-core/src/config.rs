@@ -571,6 +571,23 @@ mod tests {
     }
 
     #[test]
+    fn shm_single_copy_takes_a_size_or_off() {
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
+        let with = |v: &str| {
+            let mut pairs = base.to_vec();
+            pairs.push(("RINGLEADER_SHM_SINGLE_COPY", v));
+            Config::discover(&Explicit::default(), env(&pairs))
+        };
+        assert_eq!(Config::discover(&Explicit::default(), env(&base)).unwrap().shm_single_copy, Some(1 << 20));
+        assert_eq!(with("4M").unwrap().shm_single_copy, Some(4 << 20));
+        assert_eq!(with("65536").unwrap().shm_single_copy, Some(65536));
+        assert_eq!(with("off").unwrap().shm_single_copy, None);
+        let err = with("big").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains("RINGLEADER_SHM_SINGLE_COPY"), "{err}");
+    }
+
+    #[test]
     fn slurm_variables() {
         let e = env(&[
             ("SLURM_PROCID", "5"),
