@@ -329,9 +329,7 @@ impl Driver {
             c.active = false;
             if !c.acks.is_empty() {
                 // We fail while the peer may still copy from our buffers.
-                if let Link::Shm(l) = &links[ci / streams][ci % streams] {
-                    l.abandon_remote();
-                }
+                links[ci / streams][ci % streams].abandon_remote();
                 c.acks.clear();
             }
         }
@@ -423,8 +421,8 @@ impl Driver {
                 continue;
             }
             abort.check()?;
-            // Shared memory moves without a syscall to wait on: spin a
-            // little (when the rank has a core to itself) before sleeping.
+            // Shared memory moves without a syscall to wait on: poll a
+            // little (spinning, or yielding when cores are short) first.
             if self.waiter.is_some() {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 match self.idle {
@@ -669,10 +667,7 @@ impl Driver {
                 plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.shm_ready(true)
             });
             let recv = c.recvs.get(c.recv_pos).is_some_and(|_| link.shm_ready(false));
-            let acked = match (c.acks.front(), link) {
-                (Some(&(ticket, _)), Link::Shm(l)) => l.remote_acked() >= ticket,
-                _ => false,
-            };
+            let acked = c.acks.front().is_some_and(|&(ticket, _)| link.remote_acked() >= ticket);
             send || recv || acked
         })
     }
@@ -736,18 +731,14 @@ pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op
 /// Whether a frame of `len` bytes goes single-copy on `link`.
 #[inline]
 fn single_copy(link: &Link, len: usize) -> bool {
-    match link {
-        Link::Shm(l) => l.single_copy_min().is_some_and(|min| len >= min.max(1)),
-        _ => false,
-    }
+    link.single_copy_min().is_some_and(|min| len >= min.max(1))
 }
 
 /// Completes the single-copy sends the peer has copied. Returns whether any
 /// did.
 fn settle_acks(c: &mut ChanRun, link: &Link, send_done: &mut [bool]) -> bool {
-    let Link::Shm(l) = link else { return false };
     let Some(&(ticket, _)) = c.acks.front() else { return false };
-    let acked = l.remote_acked();
+    let acked = link.remote_acked();
     if acked < ticket {
         return false;
     }

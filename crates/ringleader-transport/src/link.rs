@@ -112,6 +112,34 @@ impl Link {
         }
     }
 
+    /// The frame size from which sends on this link may go single-copy
+    /// (shared memory whose reader allowed it; see [`crate::shm`]).
+    #[inline]
+    pub fn single_copy_min(&self) -> Option<usize> {
+        match self {
+            Link::Shm(s) => s.single_copy_min(),
+            _ => None,
+        }
+    }
+
+    /// How many of our single-copy frames the peer has copied (0 where
+    /// there are none).
+    #[inline]
+    pub fn remote_acked(&self) -> u64 {
+        match self {
+            Link::Shm(s) => s.remote_acked(),
+            _ => 0,
+        }
+    }
+
+    /// Gives up on the single-copy frames sent so far, if any (the caller
+    /// fails and may reuse its buffers).
+    pub fn abandon_remote(&self) {
+        if let Link::Shm(s) = self {
+            s.abandon_remote();
+        }
+    }
+
     /// For shared memory: whether a read (or a write) could progress now.
     pub fn shm_ready(&self, write: bool) -> bool {
         match self {
