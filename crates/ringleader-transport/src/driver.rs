@@ -16,6 +16,7 @@
 use crate::frame::{check, Expect, FrameHeader, FrameKind, Verdict, HEADER_LEN};
 use crate::link::{Link, ReadOutcome};
 use crate::shm::Waiter;
+use crate::stream_copy::STREAM_MIN_BUFFER;
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
 use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, ReduceOp, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -694,7 +695,13 @@ pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
 /// already read) only words the error when the peer hangs up.
 pub fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
-    match link.try_read(buf) {
+    read_into(link, buf, op, at, false)
+}
+
+/// [`read_some`], with streaming stores into `buf` when `streaming`.
+fn read_into(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming: bool) -> Result<usize> {
+    let read = if streaming { link.try_read_streaming(buf) } else { link.try_read(buf) };
+    match read {
         Ok(ReadOutcome::Data(n)) => Ok(n),
         Ok(ReadOutcome::WouldBlock) => Ok(0),
         Ok(ReadOutcome::Closed) if at == 0 => Err(lost(link.peer(), op, "the peer closed the connection")),
@@ -829,8 +836,11 @@ fn recv_copy(
 ) -> Result<bool> {
     let got = c.recv_off - HEADER_LEN;
     if got < item.region.len {
-        let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
-        let n = read_some(link, &mut dst[got..], op, c.recv_off)?;
+        let buf = rw(bufs, item.region.buf);
+        // A buffer past the cache's size is written around it.
+        let streaming = buf.len() >= STREAM_MIN_BUFFER;
+        let dst = &mut buf[item.region.range()];
+        let n = read_into(link, &mut dst[got..], op, c.recv_off, streaming)?;
         if n > 0 {
             *moved = true;
             c.recv_off += n;

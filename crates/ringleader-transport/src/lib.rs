@@ -4,7 +4,8 @@
 //! - [`frame`] and [`hello`]: the wire formats, sans-IO, tested without sockets;
 //! - [`tcp`]: choosing a listen address, building the full mesh at init, the
 //!   nonblocking socket;
-//! - [`shm`]: rings in shared memory between ranks on one host;
+//! - [`shm`]: rings in shared memory between ranks on one host, and
+//!   [`stream_copy`], the cache-bypassing copy large receives use;
 //! - `rdma` (feature `rdma`): reliable-connected verbs queue pairs, with
 //!   the protocol written against a small trait that the `ibverbs` binding
 //!   and a software model of the queues both implement;
@@ -16,7 +17,8 @@
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
 // Unsafe code is confined to the shared-memory module (mapped memory
-// shared with other processes) and the verbs binding (rdma::ibv);
+// shared with other processes), the streaming copy (SIMD intrinsics) and
+// the verbs binding (rdma::ibv);
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
@@ -27,6 +29,7 @@ pub mod link;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;
+pub mod stream_copy;
 pub mod tcp;
 
 pub use driver::{Buf, Chan, Driver, Idle, OpInfo, Plan, RecvMode, Region};

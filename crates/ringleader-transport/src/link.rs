@@ -78,6 +78,20 @@ impl Link {
         }
     }
 
+    /// [`Link::try_read`] for a destination too large to stay in cache:
+    /// shared memory copies it out with streaming stores
+    /// ([`crate::stream_copy`]); other links read as usual.
+    #[inline]
+    pub fn try_read_streaming(&mut self, buf: &mut [u8]) -> std::io::Result<ReadOutcome> {
+        match self {
+            Link::Shm(s) => match s.try_read_streaming(buf)? {
+                0 => Ok(ReadOutcome::WouldBlock),
+                n => Ok(ReadOutcome::Data(n)),
+            },
+            other => other.try_read(buf),
+        }
+    }
+
     /// Hands arrived bytes to `f` where they lie, if the link can (shared
     /// memory); `None` means read into a buffer instead.
     #[inline]

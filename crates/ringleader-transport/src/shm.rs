@@ -527,6 +527,16 @@ impl ShmLink {
 
     /// Copies what has arrived into `buf`; 0 when nothing has.
     pub fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.read_with(buf, false)
+    }
+
+    /// [`ShmLink::try_read`] with streaming stores into `buf`: for
+    /// destinations too large to stay in cache (see [`crate::stream_copy`]).
+    pub fn try_read_streaming(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.read_with(buf, true)
+    }
+
+    fn read_with(&mut self, buf: &mut [u8], streaming: bool) -> std::io::Result<usize> {
         let mut got = 0;
         // At most two pieces: up to the ring's end, then from its start.
         for _ in 0..2 {
@@ -536,7 +546,11 @@ impl ShmLink {
             }
             // SAFETY: [p, p+n) is readable ring data that the writer will
             // not touch until we move `tail` past it in `consume`.
-            unsafe { std::ptr::copy_nonoverlapping(p, buf[got..].as_mut_ptr(), n) };
+            let data = unsafe { std::slice::from_raw_parts(p, n) };
+            match streaming {
+                true => crate::stream_copy::copy_streaming(&mut buf[got..got + n], data),
+                false => buf[got..got + n].copy_from_slice(data),
+            }
             got += n;
             self.consume(n);
         }
@@ -688,6 +702,20 @@ mod tests {
         assert_eq!(a.try_read(&mut back).unwrap(), 10);
         assert_eq!(&back, b"back again");
         assert!(!std::path::Path::new("/dev/shm/rl-t-wrap-0").exists());
+    }
+
+    #[test]
+    fn streaming_reads_deliver_the_same_bytes_across_the_wrap() {
+        let (mut a, mut b, _, _) = pair("t-stream");
+        let msg: Vec<u8> = (0..2 * RING_BYTES + 777).map(|i| (i * 11 + 3) as u8).collect();
+        let mut got = vec![0u8; msg.len() + 1];
+        let (mut sent, mut recvd) = (0, 1); // an odd destination offset
+        while recvd < got.len() {
+            sent += a.try_write(&[IoSlice::new(&msg[sent..])]).unwrap();
+            let end = (recvd + 100_003).min(got.len());
+            recvd += b.try_read_streaming(&mut got[recvd..end]).unwrap();
+        }
+        assert_eq!(&got[1..], &msg[..]);
     }
 
     #[test]
