@@ -47,7 +47,7 @@ pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize, scratch: &mut
     let per = chunk_elems(count.div_ceil(sh.n), sh.esz);
     let mut last = LastRecv::new(sh.n, &mut scratch.last);
     reduce_scatter_steps(plan, sh, count, per, Acc::InPlace, &mut last, &mut scratch.slot_readers);
-    all_gather_steps(plan, sh, count, per, 1, IO, &mut last);
+    all_gather_steps(plan, sh, count, per, 1, IO, Own::InBuf, &mut last);
 }
 
 /// Where reduce-scatter accumulates.
@@ -118,7 +118,20 @@ fn reduce_scatter_steps(
     }
 }
 
+/// Where the all-gather half finds this rank's own segment for its first
+/// send.
+#[derive(Clone, Copy)]
+enum Own {
+    /// In the buffer being gathered into, like every other segment.
+    InBuf,
+    /// At the start of [`IO`] (the out-of-place input), which holds the
+    /// same bytes: reading it there leaves the copy into the output free to
+    /// bypass the cache (nothing reads it back).
+    Input,
+}
+
 /// The all-gather half: rank `r` owns segment `r + own_shift` at the start.
+#[allow(clippy::too_many_arguments)]
 fn all_gather_steps(
     plan: &mut Plan,
     sh: Shape,
@@ -126,6 +139,7 @@ fn all_gather_steps(
     per: usize,
     own_shift: isize,
     buf: u8,
+    own: Own,
     last: &mut LastRecv<'_>,
 ) {
     let n = sh.n;
@@ -133,9 +147,13 @@ fn all_gather_steps(
         let send_seg = sh.rel(own_shift - s as isize);
         let recv_seg = sh.rel(own_shift - s as isize - 1);
         let (start, len) = segment(count, n, send_seg);
+        let (sbuf, sbase) = match own {
+            Own::Input if s == 0 => (IO, 0),
+            _ => (buf, start),
+        };
         for (k, (off, l)) in chunks(len, per).enumerate() {
             let after = last.get(send_seg, k);
-            plan.send(sh.chan(sh.right(), k), elems(buf, start + off, l, sh.esz), after);
+            plan.send(sh.chan(sh.right(), k), elems(sbuf, sbase + off, l, sh.esz), after);
         }
         let (rstart, rlen) = segment(count, n, recv_seg);
         for (k, (off, l)) in chunks(rlen, per).enumerate() {
@@ -156,11 +174,12 @@ pub(crate) fn reduce_scatter(plan: &mut Plan, sh: Shape, per_rank: usize, scratc
 }
 
 /// Out-of-place ring all-gather: [`OUT`] holds `n * per_rank` elements and
-/// already has this rank's input copied into segment `rank`.
+/// gets this rank's input copied into segment `rank` (by the caller, before
+/// or while the plan runs: the plan reads that segment from [`IO`]).
 pub(crate) fn all_gather(plan: &mut Plan, sh: Shape, per_rank: usize, scratch: &mut Scratch) {
     let per = chunk_elems(per_rank, sh.esz);
     let mut last = LastRecv::new(sh.n, &mut scratch.last);
-    all_gather_steps(plan, sh, per_rank * sh.n, per, 0, OUT, &mut last);
+    all_gather_steps(plan, sh, per_rank * sh.n, per, 0, OUT, Own::Input, &mut last);
 }
 
 /// Pipelined chain broadcast of [`IO`] from `root` along root, root+1, ...

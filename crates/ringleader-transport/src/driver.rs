@@ -261,6 +261,9 @@ pub struct Driver {
     /// the peer has received it, and two ranks each waiting for their own
     /// send before receiving the other's would wait forever.
     gates: Vec<bool>,
+    /// Receives a send of this rank waits for (`after`): what they bring is
+    /// read again soon, so it is copied into the cache, never around it.
+    forwarded: Vec<bool>,
     /// This rank receives in the current plan. Only then may its sends go
     /// single-copy: a rank that only sends (a broadcast's root) is idle
     /// otherwise, so its copy into the ring is free and overlaps the
@@ -356,6 +359,13 @@ impl Driver {
         for r in &plan.recvs {
             if let Some(s) = r.after_send {
                 self.gates[s as usize] = true;
+            }
+        }
+        self.forwarded.clear();
+        self.forwarded.resize(plan.recvs.len(), false);
+        for s in &plan.sends {
+            if let Some(r) = s.after {
+                self.forwarded[r as usize] = true;
             }
         }
         let flat = |c: Chan| c.peer * streams + c.stream as usize;
@@ -545,7 +555,13 @@ impl Driver {
             let payload_end = HEADER_LEN + item.region.len;
             if c.recv_off < payload_end {
                 let done = match item.mode {
-                    RecvMode::Copy => recv_copy(c, link, bufs, &item, op, &mut moved)?,
+                    RecvMode::Copy => {
+                        // A large destination that nothing reads again
+                        // during the plan is written around the cache.
+                        let streaming = !self.forwarded[ri as usize]
+                            && bufs[item.region.buf as usize].bytes().len() >= STREAM_MIN_BUFFER;
+                        recv_copy(c, link, bufs, &item, op, streaming, &mut moved)?
+                    }
                     RecvMode::Reduce { with } => recv_reduce(c, link, bufs, &item, with, op, &mut moved)?,
                 };
                 if !done {
@@ -826,20 +842,19 @@ fn rw<'b>(bufs: &'b mut [Buf<'_>], i: u8) -> &'b mut [u8] {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn recv_copy(
     c: &mut ChanRun,
     link: &mut Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     op: &OpInfo,
+    streaming: bool,
     moved: &mut bool,
 ) -> Result<bool> {
     let got = c.recv_off - HEADER_LEN;
     if got < item.region.len {
-        let buf = rw(bufs, item.region.buf);
-        // A buffer past the cache's size is written around it.
-        let streaming = buf.len() >= STREAM_MIN_BUFFER;
-        let dst = &mut buf[item.region.range()];
+        let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
         let n = read_into(link, &mut dst[got..], op, c.recv_off, streaming)?;
         if n > 0 {
             *moved = true;
