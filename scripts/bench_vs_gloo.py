@@ -318,6 +318,19 @@ def fmt_bw(b):
     return "-" if b is None else f"{b:.3f}"
 
 
+def run_once(runner, args, op, n, tries=3):
+    """One run; again (up to `tries` in all) when it lost a race for its
+    rendezvous port (picked free, taken by another process before the
+    library bound it): that says nothing about the library measured."""
+    for attempt in range(1, tries + 1):
+        try:
+            return runner(args, op, n)
+        except RuntimeError as e:
+            if attempt == tries or not any(m in str(e) for m in ("EADDRINUSE", "ddress already in use")):
+                raise
+            print(f"# port race ({attempt}/{tries}), running again: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
+
+
 def run_and_collect(args, libs, runners):
     """Runs every (lib, op, nproc) --repeats times, interleaved, and returns
     (rows, failures): one row per (op, nproc, bytes) with its element count
@@ -333,7 +346,7 @@ def run_and_collect(args, libs, runners):
                         continue
                     print(f"# repeat {rep + 1}/{args.repeats}: {lib} {op} x{n}", file=sys.stderr, flush=True)
                     try:
-                        runs.setdefault(key, []).append(runners[lib](args, op, n))
+                        runs.setdefault(key, []).append(run_once(runners[lib], args, op, n))
                     except RuntimeError as e:
                         print(f"error: {e}", file=sys.stderr, flush=True)
                         failures.append(key)

@@ -196,7 +196,10 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
         Coll::AllGather { per_rank } => {
             prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
             if n > 1 {
-                ring::all_gather(plan, sh, per_rank, scratch);
+                match Algo::pick(n * per_rank * esz, forced) {
+                    Algo::Small if n.is_power_of_two() => tree::all_gather(plan, sh, per_rank),
+                    _ => ring::all_gather(plan, sh, per_rank, scratch),
+                }
             }
         }
         Coll::ReduceScatter { per_rank, op } => {

@@ -121,8 +121,8 @@ fn reduce_scatter_matches_naive() {
 fn all_gather_matches_naive() {
     for n in 1..=9 {
         for per in COUNTS {
-            for (streams, _, seed) in variants() {
-                let got = simulate(n, streams, None, seed, per, per * n, ReduceOp::Sum, |_| Coll::AllGather {
+            for (streams, forced, seed) in variants() {
+                let got = simulate(n, streams, forced, seed, per, per * n, ReduceOp::Sum, |_| Coll::AllGather {
                     per_rank: per,
                 });
                 let want: Vec<i64> = (0..n).flat_map(|r| input(r, per)).collect();
@@ -207,4 +207,24 @@ fn algorithm_choice_follows_size_world_and_override() {
     // An explicit choice wins.
     assert_eq!(Algo::pick_broadcast(1024, 2, Some("ring")), Algo::Large);
     assert_eq!(Algo::pick_broadcast(64 << 20, 2, Some("tree")), Algo::Small);
+}
+
+/// Sends rank 0 makes in an all-gather of `per` 8-byte elements per rank.
+fn all_gather_sends(n: usize, per: usize, forced: Option<&str>) -> usize {
+    let sh = Shape { rank: 0, n, streams: 1, esz: 8 };
+    let mut plan = Plan::default();
+    schedule(Coll::AllGather { per_rank: per }, sh, forced, &mut plan, &mut Scratch::default());
+    plan.sends.len()
+}
+
+#[test]
+fn small_all_gathers_on_power_of_two_worlds_take_log2_n_rounds() {
+    // 8 ranks: 3 recursive-doubling rounds instead of 7 ring hops.
+    assert_eq!(all_gather_sends(8, 16, None), 3);
+    assert_eq!(all_gather_sends(4, 16, None), 2);
+    // Other world sizes, large messages, or a forced ring keep the ring.
+    assert_eq!(all_gather_sends(6, 16, None), 5);
+    assert_eq!(all_gather_sends(8, SMALL_BYTES, None), 7 * chunks(SMALL_BYTES, chunk_elems(SMALL_BYTES, 8)).count());
+    assert_eq!(all_gather_sends(8, 16, Some("ring")), 7);
+    assert_eq!(all_gather_sends(8, SMALL_BYTES, Some("rd")), 3);
 }

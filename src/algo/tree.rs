@@ -1,7 +1,7 @@
 //! Latency-optimal schedules for small messages: recursive doubling,
 //! binomial trees and the dissemination barrier, each `ceil(log2 n)` rounds.
 
-use super::{elems, Shape, IO, SCRATCH};
+use super::{elems, Shape, IO, OUT, SCRATCH};
 
 /// Largest frame of the recursive-doubling all-reduce (see [`all_reduce`]):
 /// what the automatic choice ever sends that way, and well below what a
@@ -71,6 +71,35 @@ pub(crate) fn all_reduce(plan: &mut Plan, sh: Shape, count: usize) {
         for j in 0..pieces {
             plan.send(sh.chan(r + p, 0), piece(j), after(prev, j));
         }
+    }
+}
+
+/// Recursive-doubling all-gather of `per_rank` elements per rank into
+/// [`OUT`], for a power-of-two world: `log2 n` rounds where the ring needs
+/// `n - 1` hops. In round `d = 1, 2, 4, ...` rank `r` swaps the `d` blocks
+/// it holds with rank `r ^ d`; they are the blocks of ranks
+/// `r & !(d - 1) ..`, contiguous in the output, so no block moves twice.
+///
+/// Each round's receive starts after the previous round's, so "the last
+/// receive is done" means every block a round sends has arrived. The first
+/// round sends this rank's block from [`IO`] (the output's copy is made
+/// beside the plan).
+pub(crate) fn all_gather(plan: &mut Plan, sh: Shape, per_rank: usize) {
+    let (r, n, esz) = (sh.rank, sh.n, sh.esz);
+    debug_assert!(n.is_power_of_two());
+    let mut prev = None;
+    let mut d = 1;
+    while d < n {
+        let partner = r ^ d;
+        let (mine, theirs) = (r & !(d - 1), partner & !(d - 1));
+        let held = match d {
+            1 => elems(IO, 0, per_rank, esz),
+            _ => elems(OUT, mine * per_rank, d * per_rank, esz),
+        };
+        plan.send(sh.chan(partner, 0), held, prev);
+        let region = elems(OUT, theirs * per_rank, d * per_rank, esz);
+        prev = Some(plan.recv(sh.chan(partner, 0), region, RecvMode::Copy, prev, None));
+        d <<= 1;
     }
 }
 
