@@ -206,8 +206,17 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut P
             if n == 1 {
                 prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, 0, per_rank, esz)));
             } else {
-                prep.scratch_bytes = 2 * per_rank * esz;
-                ring::reduce_scatter(plan, sh, per_rank, scratch);
+                match Algo::pick(n * per_rank * esz, forced) {
+                    Algo::Small if n.is_power_of_two() => {
+                        // Two ranks finish in the first round, straight into OUT.
+                        prep.scratch_bytes = if n > 2 { n / 2 * per_rank * esz } else { 0 };
+                        tree::reduce_scatter(plan, sh, per_rank);
+                    }
+                    _ => {
+                        prep.scratch_bytes = 2 * per_rank * esz;
+                        ring::reduce_scatter(plan, sh, per_rank, scratch);
+                    }
+                }
             }
             prep.avg = avg(op, elems(OUT, 0, per_rank, esz));
         }

@@ -102,8 +102,8 @@ fn all_reduce_matches_naive() {
 fn reduce_scatter_matches_naive() {
     for n in 1..=9 {
         for per in COUNTS {
-            for (streams, _, seed) in variants() {
-                let got = simulate(n, streams, None, seed, per * n, per, ReduceOp::Sum, |_| Coll::ReduceScatter {
+            for (streams, forced, seed) in variants() {
+                let got = simulate(n, streams, forced, seed, per * n, per, ReduceOp::Sum, |_| Coll::ReduceScatter {
                     per_rank: per,
                     op: ReduceOp::Sum,
                 });
@@ -227,4 +227,20 @@ fn small_all_gathers_on_power_of_two_worlds_take_log2_n_rounds() {
     assert_eq!(all_gather_sends(8, SMALL_BYTES, None), 7 * chunks(SMALL_BYTES, chunk_elems(SMALL_BYTES, 8)).count());
     assert_eq!(all_gather_sends(8, 16, Some("ring")), 7);
     assert_eq!(all_gather_sends(8, SMALL_BYTES, Some("rd")), 3);
+}
+
+#[test]
+fn small_reduce_scatters_on_power_of_two_worlds_take_log2_n_rounds() {
+    let sends = |n: usize, per: usize, forced: Option<&str>| {
+        let sh = Shape { rank: n - 1, n, streams: 1, esz: 8 };
+        let mut plan = Plan::default();
+        let coll = Coll::ReduceScatter { per_rank: per, op: ReduceOp::Sum };
+        let prep = schedule(coll, sh, forced, &mut plan, &mut Scratch::default());
+        (plan.sends.len(), prep.scratch_bytes)
+    };
+    // 8 ranks: 3 recursive-halving rounds (scratch: half the input) instead of 7 ring hops.
+    assert_eq!(sends(8, 16, None), (3, 4 * 16 * 8));
+    assert_eq!(sends(2, 16, None), (1, 0));
+    assert_eq!(sends(6, 16, None), (5, 2 * 16 * 8));
+    assert_eq!(sends(8, 16, Some("ring")), (7, 2 * 16 * 8));
 }

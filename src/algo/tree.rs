@@ -103,6 +103,44 @@ pub(crate) fn all_gather(plan: &mut Plan, sh: Shape, per_rank: usize) {
     }
 }
 
+/// Recursive-halving reduce-scatter for a power-of-two world: [`IO`] holds
+/// `n * per_rank` elements (read only), [`OUT`] receives this rank's
+/// `per_rank`, [`SCRATCH`] needs `n / 2 * per_rank` elements. `log2 n`
+/// rounds where the ring needs `n - 1` hops.
+///
+/// In round `d = n/2, n/4, ..., 1` rank `r` holds partial sums of `2d`
+/// blocks (all `n` at first): it sends the `d` blocks on its partner's side
+/// (`r ^ d`) and reduces the partner's partial sums of its own `d` blocks
+/// into its copy. The first round reads [`IO`] and reduces into
+/// [`SCRATCH`], the last reduces into [`OUT`]; each round's receive starts
+/// after the previous one, and each send after the receive that finished
+/// the blocks it carries.
+pub(crate) fn reduce_scatter(plan: &mut Plan, sh: Shape, per_rank: usize) {
+    let (r, n, esz) = (sh.rank, sh.n, sh.esz);
+    debug_assert!(n.is_power_of_two() && n > 1);
+    let block = |buf: u8, first: usize, blocks: usize| elems(buf, first * per_rank, blocks * per_rank, esz);
+    // SCRATCH holds the first round's kept half, blocks `base..base + n/2`.
+    let base = r & !(n / 2 - 1);
+    let in_scratch = |first: usize, blocks: usize| elems(SCRATCH, (first - base) * per_rank, blocks * per_rank, esz);
+    let mut prev = None;
+    let mut d = n / 2;
+    while d >= 1 {
+        let partner = r ^ d;
+        let (keep, give) = (r & !(d - 1), partner & !(d - 1));
+        let first_round = d == n / 2;
+        let sent = if first_round { block(IO, give, d) } else { in_scratch(give, d) };
+        plan.send(sh.chan(partner, 0), sent, prev);
+        let (region, with) = match (first_round, d == 1) {
+            (true, true) => (block(OUT, 0, 1), Some(block(IO, keep, 1))),
+            (true, false) => (in_scratch(keep, d), Some(block(IO, keep, d))),
+            (false, true) => (block(OUT, 0, 1), Some(in_scratch(keep, 1))),
+            (false, false) => (in_scratch(keep, d), None),
+        };
+        prev = Some(plan.recv(sh.chan(partner, 0), region, RecvMode::Reduce { with }, prev, None));
+        d /= 2;
+    }
+}
+
 /// Children of virtual rank `v` in a binomial tree over `n` (largest
 /// subtree first): `v + d` for powers of two `d > v`.
 fn children(v: usize, n: usize) -> impl DoubleEndedIterator<Item = usize> {
