@@ -326,7 +326,7 @@ def run_once(runner, args, op, n, tries=3):
         try:
             return runner(args, op, n)
         except RuntimeError as e:
-            if attempt == tries or not any(m in str(e) for m in ("EADDRINUSE", "ddress already in use")):
+            if attempt == tries or not any(m in str(e).lower() for m in ("eaddrinuse", "address already in use")):
                 raise
             print(f"# port race ({attempt}/{tries}), running again: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
 
