@@ -9,7 +9,10 @@
 #      [peer-died] naming rank 1 (the verdicts are those of host buffers);
 #   4. `ringleader perf --device cuda`: all_reduce on device buffers, and
 #      NCCL on the same sizes in the same run when there are >= 2 GPUs
-#      (one rank per GPU); with one GPU it says why NCCL is skipped.
+#      (one rank per GPU); with one GPU it says why NCCL is skipped;
+#   5. where python3 has torch with CUDA and pytest: the torch backend's
+#      tests (ffi/python/tests test_torch_backend.py, whose CUDA check then
+#      runs, and test_torch_cuda.py) against the prepared libringleader.so.
 # Prints a summary; exits 0 when no check failed (skipped ones do not fail).
 #
 # The GPU machine cannot reach the internet: nothing here downloads. Prepare
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --prepare) PREPARE=1 ;;
         --bin-dir) BIN_DIR=$2; shift ;;
-        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
         *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -57,8 +60,9 @@ build() { # $@: extra cargo flags
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release "$@" -p ringleader --features cuda --example cuda_check
     local t=${CARGO_TARGET_DIR:-target}/release
     mkdir -p "$BIN_DIR"
-    cp "$t/ringleader" "$t/examples/cuda_check" "$BIN_DIR/"
-    strip "$BIN_DIR/ringleader" "$BIN_DIR/cuda_check" 2>/dev/null || true
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release "$@" -p ringleader-ffi
+    cp "$t/ringleader" "$t/examples/cuda_check" "$t/libringleader.so" "$BIN_DIR/"
+    strip "$BIN_DIR/ringleader" "$BIN_DIR/cuda_check" "$BIN_DIR/libringleader.so" 2>/dev/null || true
 }
 
 if [ "$PREPARE" = 1 ]; then
@@ -68,7 +72,7 @@ if [ "$PREPARE" = 1 ]; then
     exit 0
 fi
 
-if [ ! -x "$BIN_DIR/ringleader" ] || [ ! -x "$BIN_DIR/cuda_check" ]; then
+if [ ! -x "$BIN_DIR/ringleader" ] || [ ! -x "$BIN_DIR/cuda_check" ] || [ ! -f "$BIN_DIR/libringleader.so" ]; then
     if [ -f .cargo/vendor.toml ]; then
         build --offline --config .cargo/vendor.toml
     else
@@ -107,7 +111,8 @@ NVRTC=$(find_lib 'libnvrtc.so.*' || true)
 NCCL=$(find_lib 'libnccl.so*' || true)
 [ -n "$NVRTC" ] && ln -sf "$NVRTC" "$LIBS/libnvrtc.so" && ln -sf "$NVRTC" "$LIBS/$(basename "$NVRTC")"
 [ -n "$NCCL" ] && ln -sf "$NCCL" "$LIBS/libnccl.so"
-export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVRTC loads its builtins library from beside itself.
+export LD_LIBRARY_PATH="$LIBS${NVRTC:+:$(dirname "$NVRTC")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "== $(nvidia-smi -L 2>/dev/null | head -4 | tr '\n' ';') GPUs: ${GPUS:-?}"
 echo "== NVRTC: ${NVRTC:-not found (reductions stay on the host)}; NCCL: ${NCCL:-not found (comparison skipped)}"
@@ -159,6 +164,7 @@ fi
 NP=2
 [ "${GPUS:-0}" -ge 2 ] && NP=$(( GPUS < 4 ? GPUS : 4 ))
 limit=$(left)
+[ "$limit" -gt 150 ] && limit=150  # leave time for the Python checks
 if [ "$limit" -gt 30 ]; then
     echo "== perf: ringleader perf --device cuda --op all_reduce --nproc $NP -b 1M -e 256M -f 4 (limit ${limit}s)"
     set +e
@@ -178,6 +184,31 @@ if [ "$limit" -gt 30 ]; then
     fi
 else
     record "perf vs NCCL" "SKIP (out of time)"
+fi
+
+# --- Python and the torch backend on CUDA tensors ------------------------------
+LIBRL=$ROOT/$BIN_DIR/libringleader.so
+[[ "$BIN_DIR" = /* ]] && LIBRL=$BIN_DIR/libringleader.so
+if ! python3 -c 'import torch, pytest, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    record "torch backend on CUDA tensors" "SKIP (python3 here has no torch with CUDA, or no pytest)"
+elif [ "$(left)" -lt 60 ]; then
+    record "torch backend on CUDA tensors" "SKIP (out of time)"
+else
+    echo "== pytest test_torch_backend.py test_torch_cuda.py (torch $(python3 -c 'import torch; print(torch.__version__)'), limit $(left)s)"
+    set +e
+    (cd ffi/python/tests && RINGLEADER_LIBRARY=$LIBRL RINGLEADER_BIN=$RL PYTHONPATH=$ROOT/ffi/python \
+        timeout -k 5 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs --rootdir . \
+        test_torch_backend.py test_torch_cuda.py) > "$LOGDIR/pytest.log" 2>&1
+    rc=$?
+    set -e
+    tail -n 40 "$LOGDIR/pytest.log" | sed 's/^/   | /'
+    if grep -q 'SKIPPED.*test_torch_cuda' "$LOGDIR/pytest.log"; then
+        record "torch backend on CUDA tensors" "FAIL (the CUDA tests skipped on a machine with CUDA)"
+    elif [ $rc -eq 0 ]; then
+        record "torch backend on CUDA tensors" "PASS ($(tail -n 1 "$LOGDIR/pytest.log" | tr -d '=' | xargs))"
+    else
+        record "torch backend on CUDA tensors" "FAIL (pytest exit $rc)"
+    fi
 fi
 
 echo
