@@ -15,8 +15,8 @@ use ringleader_transport::{Driver, Idle, Link};
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-/// How long a wait on shared memory spins before it sleeps, when every local
-/// rank has a core of its own.
+/// How long a wait spins before it sleeps, when every local rank has a core
+/// of its own.
 const SPIN: Duration = Duration::from_micros(50);
 /// How long it polls and yields its core before it sleeps, when local ranks
 /// outnumber the cores. Measured with 4 and 8 ranks on 2 cores: an 8-byte
@@ -42,6 +42,17 @@ impl Plane {
     }
 }
 
+/// How a rank with `local` ranks on its host waits before it sleeps, on
+/// any link: spinning when each has a core of its own, else yielding.
+fn idle_for(local: usize) -> Idle {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if local <= cores {
+        Idle::Spin(SPIN)
+    } else {
+        Idle::Yield(YIELD)
+    }
+}
+
 /// The ranks that share `me`'s host and kernel, `me` included.
 fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
     let mine = &peers[me];
@@ -64,6 +75,7 @@ pub(crate) fn attach(
     abort: &AbortSignal,
 ) -> Result<(Plane, Option<Waiter>)> {
     let local = local_ranks(peers, cfg.rank);
+    driver.set_idle(idle_for(local.len()));
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
         // Every link goes over RDMA (`crate::rdma` replaces them after this).
@@ -103,8 +115,7 @@ pub(crate) fn attach(
         links[peer] = l.into_iter().map(Link::Shm).collect();
     }
     waiter.wake_on(abort);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    driver.set_shm(waiter.clone(), if local.len() <= cores { Idle::Spin(SPIN) } else { Idle::Yield(YIELD) });
+    driver.set_shm(waiter.clone(), idle_for(local.len()));
     Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
 }
 

@@ -16,7 +16,7 @@
 use crate::frame::{check, Expect, FrameHeader, FrameKind, Verdict, HEADER_LEN};
 use crate::link::{Link, ReadOutcome};
 use crate::shm::Waiter;
-use crate::stream_copy::STREAM_MIN_BUFFER;
+use crate::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
 use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, ReduceOp, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -271,13 +271,13 @@ pub struct Driver {
     busy: bool,
     /// This rank's shared-memory doorbell, when it has local peers.
     waiter: Option<Waiter>,
-    /// What to do on shared-memory links before sleeping.
+    /// What to do before sleeping when no link can move.
     idle: Idle,
 }
 
-/// How a rank waiting on shared memory passes the time before it sleeps on
-/// its doorbell (a futex wake-up costs tens of microseconds, and with more
-/// ranks than cores each hop of a collective can pay it).
+/// How a rank that waits for its links passes the time before it sleeps on
+/// its doorbell or in `poll(2)` (a wake-up costs tens of microseconds, and
+/// with more ranks than cores each hop of a collective can pay it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idle {
     /// Poll for this long: for ranks that each have a core of their own.
@@ -301,6 +301,22 @@ impl Driver {
     /// A driver with no scratch yet.
     pub fn new() -> Driver {
         Driver::default()
+    }
+
+    /// What the driver does before it sleeps when no link can move: poll
+    /// the links for a while ([`Idle`]). Sockets are polled too: on a host
+    /// where each rank has a core, the next frame often arrives within
+    /// microseconds, and a sleep costs a wake-up that a virtual machine
+    /// makes expensive.
+    ///
+    /// ```
+    /// use ringleader_transport::{Driver, Idle};
+    /// use std::time::Duration;
+    /// let mut d = Driver::new();
+    /// d.set_idle(Idle::Spin(Duration::from_micros(50)));
+    /// ```
+    pub fn set_idle(&mut self, idle: Idle) {
+        self.idle = idle;
     }
 
     /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
@@ -432,9 +448,9 @@ impl Driver {
                 continue;
             }
             abort.check()?;
-            // Shared memory moves without a syscall to wait on: poll a
-            // little (spinning, or yielding when cores are short) first.
-            if self.waiter.is_some() {
+            // Poll a little (spinning, or yielding when cores are short)
+            // before sleeping: a wake-up costs tens of microseconds.
+            {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 match self.idle {
                     Idle::Spin(d) if since.elapsed() < d => {
@@ -853,6 +869,9 @@ fn recv_copy(
     moved: &mut bool,
 ) -> Result<bool> {
     let got = c.recv_off - HEADER_LEN;
+    if streaming && !link.is_shm() {
+        return recv_copy_staged(c, link, bufs, item, op, moved);
+    }
     if got < item.region.len {
         let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
         let n = read_into(link, &mut dst[got..], op, c.recv_off, streaming)?;
@@ -862,6 +881,38 @@ fn recv_copy(
         }
     }
     Ok(c.recv_off - HEADER_LEN == item.region.len)
+}
+
+/// Receives a socket's frame into a large destination through the staging
+/// buffer: the kernel copies into memory that stays in cache, and streaming
+/// stores move it on without reading the destination's lines first.
+fn recv_copy_staged(
+    c: &mut ChanRun,
+    link: &mut Link,
+    bufs: &mut [Buf<'_>],
+    item: &RecvItem,
+    op: &OpInfo,
+    moved: &mut bool,
+) -> Result<bool> {
+    if c.staging.is_empty() {
+        c.staging = vec![0u64; STAGING / 8];
+    }
+    loop {
+        let got = c.recv_off - HEADER_LEN;
+        if got == item.region.len {
+            return Ok(true);
+        }
+        let stage: &mut [u8] = bytemuck::cast_slice_mut(&mut c.staging);
+        let room = (item.region.len - got).min(STAGING);
+        let n = read_some(link, &mut stage[..room], op, c.recv_off)?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
+        copy_streaming(&mut dst[got..got + n], &stage[..n]);
+        *moved = true;
+        c.recv_off += n;
+    }
 }
 
 /// Reduces a received frame into its region: straight out of the ring for
