@@ -76,6 +76,7 @@ pub(crate) fn attach(
 ) -> Result<(Plane, Option<Waiter>)> {
     let local = local_ranks(peers, cfg.rank);
     driver.set_idle(idle_for(local.len()));
+    driver.set_splice_min(cfg.tcp_splice);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
         // Every link goes over RDMA (`crate::rdma` replaces them after this).

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use ringleader_core::{Error, Fingerprint, OpKind, Rank, Result};
 use ringleader_diag::recorder::mask_ranks;
 use ringleader_transport::driver::{check_header, lost, pad, read_some, write_frame};
-use ringleader_transport::frame::{FrameHeader, HEADER_LEN};
+use ringleader_transport::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use ringleader_transport::shm::Waiter;
 use ringleader_transport::{Buf, Link, OpInfo};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
@@ -357,8 +357,8 @@ fn pump_recv(flow: &mut Flow, link: &mut Link, op: &OpInfo, peer: Rank, moved: &
         let n = if flow.off < HEADER_LEN {
             let n = read_some(link, &mut flow.hdr[flow.off..], op, flow.off)?;
             // Point-to-point never sends single-copy descriptors.
-            if n > 0 && flow.off + n == HEADER_LEN && check_header(&flow.hdr, peer, 0, len, op)? {
-                let detail = "a single-copy frame arrived for send/recv".to_string();
+            if n > 0 && flow.off + n == HEADER_LEN && check_header(&flow.hdr, peer, 0, len, op)? != FrameKind::Data {
+                let detail = "a single-copy or spliced frame arrived for send/recv".to_string();
                 return Err(Error::PeerProtocol { peer, detail });
             }
             n

@@ -118,6 +118,10 @@ pub struct Config {
     /// from the sender's memory, where the kernel allows it
     /// (`RINGLEADER_SHM_SINGLE_COPY`: a size such as `256K`, or `off`).
     pub shm_single_copy: Option<usize>,
+    /// TCP frames from this many bytes on are sent from the sender's pages
+    /// (`vmsplice`), not copied into the socket, where the buffer is safe
+    /// to lend (`RINGLEADER_TCP_SPLICE`: a size such as `256K`, or `off`).
+    pub tcp_splice: Option<usize>,
     /// The version this process advertises. Only tests change it
     /// (`RINGLEADER_TEST_ADVERTISE_VERSION`), to provoke a version mismatch.
     pub advertised_version: String,
@@ -135,6 +139,9 @@ const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Measured on a 2-core VM: below it (in cache) the ring's two copies,
 /// overlapped by two processes, beat one copy plus an acknowledgement.
 pub const DEFAULT_SHM_SINGLE_COPY: usize = 1 << 20;
+/// Below it, waiting for the receiver's acknowledgement costs more than
+/// the copy into the socket that splicing saves.
+pub const DEFAULT_TCP_SPLICE: usize = 256 << 10;
 
 impl Config {
     /// A configuration with every optional setting at its default.
@@ -161,6 +168,7 @@ impl Config {
             streams: 1,
             algo: None,
             shm_single_copy: Some(DEFAULT_SHM_SINGLE_COPY),
+            tcp_splice: Some(DEFAULT_TCP_SPLICE),
             advertised_version: VERSION.to_string(),
             source: "explicit",
             interrupt_on_sigint: false,
@@ -236,6 +244,14 @@ impl Config {
             self.shm_single_copy = parse_single_copy(&v).ok_or_else(|| {
                 Error::invalid(
                     "RINGLEADER_SHM_SINGLE_COPY",
+                    format!("{v:?} is neither off nor a size in bytes (such as 262144, 256K or 1M)"),
+                )
+            })?;
+        }
+        if let Some(v) = env.get("RINGLEADER_TCP_SPLICE") {
+            self.tcp_splice = parse_single_copy(&v).ok_or_else(|| {
+                Error::invalid(
+                    "RINGLEADER_TCP_SPLICE",
                     format!("{v:?} is neither off nor a size in bytes (such as 262144, 256K or 1M)"),
                 )
             })?;
@@ -585,6 +601,22 @@ mod tests {
         let err = with("big").unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err.to_string().contains("RINGLEADER_SHM_SINGLE_COPY"), "{err}");
+    }
+
+    #[test]
+    fn tcp_splice_takes_a_size_or_off() {
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
+        let with = |v: &str| {
+            let mut pairs = base.to_vec();
+            pairs.push(("RINGLEADER_TCP_SPLICE", v));
+            Config::discover(&Explicit::default(), env(&pairs))
+        };
+        assert_eq!(Config::discover(&Explicit::default(), env(&base)).unwrap().tcp_splice, Some(256 << 10));
+        assert_eq!(with("1M").unwrap().tcp_splice, Some(1 << 20));
+        assert_eq!(with("off").unwrap().tcp_splice, None);
+        let err = with("fast").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains("RINGLEADER_TCP_SPLICE"), "{err}");
     }
 
     #[test]

@@ -31,6 +31,11 @@ const STAGING: usize = 256 << 10;
 /// Bytes copied per `process_vm_readv` of a single-copy frame: the driver
 /// turns to its other links in between.
 const REMOTE_PIECE: usize = 2 << 20;
+/// Frames from this size on go out of a socket spliced from the sender's
+/// pages (see [`crate::frame`]), where the source is safe to lend: the
+/// receiver's kernel then makes the only copy. Below it, the wait for the
+/// receiver's acknowledgement costs more than the copy it saves.
+pub const SPLICE_MIN: usize = 256 << 10;
 /// Bytes of the address a single-copy descriptor carries.
 const ADDR_LEN: usize = 8;
 /// Longest single poll; the abort descriptor wakes us sooner.
@@ -223,6 +228,16 @@ struct ChanRun {
     recv_addr: [u8; ADDR_LEN],
     /// ...of which this many bytes are copied.
     remote_got: usize,
+    /// The current send is spliced from our pages.
+    send_spliced: bool,
+    /// Spliced frames sent and not yet acknowledged by the peer.
+    unacked: u32,
+    /// The current receive is a spliced frame to acknowledge.
+    recv_spliced: bool,
+    /// Acknowledgements to write at the next frame boundary (headers)...
+    owed: VecDeque<[u8; HEADER_LEN]>,
+    /// ...of the first of which this many bytes are written.
+    owed_off: usize,
 }
 
 impl Default for ChanRun {
@@ -244,6 +259,11 @@ impl Default for ChanRun {
             recv_remote: false,
             recv_addr: [0; ADDR_LEN],
             remote_got: 0,
+            send_spliced: false,
+            unacked: 0,
+            recv_spliced: false,
+            owed: VecDeque::new(),
+            owed_off: 0,
         }
     }
 }
@@ -273,6 +293,11 @@ pub struct Driver {
     waiter: Option<Waiter>,
     /// What to do before sleeping when no link can move.
     idle: Idle,
+    /// Bit b: buffer b is written by some receive of the current plan, so
+    /// its bytes may change before a peer has them and are never spliced.
+    written: u64,
+    /// Splice socket frames from this size on (`None`: never).
+    splice_min: Option<usize>,
 }
 
 /// How a rank that waits for its links passes the time before it sleeps on
@@ -317,6 +342,18 @@ impl Driver {
     /// ```
     pub fn set_idle(&mut self, idle: Idle) {
         self.idle = idle;
+    }
+
+    /// Sends socket frames of `min` bytes and more from the sender's pages
+    /// (`None`: always copy them into the socket).
+    ///
+    /// ```
+    /// use ringleader_transport::driver::{Driver, SPLICE_MIN};
+    /// let mut d = Driver::new();
+    /// d.set_splice_min(Some(SPLICE_MIN));
+    /// ```
+    pub fn set_splice_min(&mut self, min: Option<usize>) {
+        self.splice_min = min;
     }
 
     /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
@@ -377,6 +414,7 @@ impl Driver {
                 self.gates[s as usize] = true;
             }
         }
+        self.written = plan.recvs.iter().fold(0, |m, r| m | 1u64.checked_shl(r.region.buf as u32).unwrap_or(u64::MAX));
         self.forwarded.clear();
         self.forwarded.resize(plan.recvs.len(), false);
         for s in &plan.sends {
@@ -410,6 +448,11 @@ impl Driver {
             c.recv_remote = false;
             c.remote_got = 0;
             c.acks.clear();
+            c.send_spliced = false;
+            c.unacked = 0;
+            c.recv_spliced = false;
+            c.owed.clear();
+            c.owed_off = 0;
             self.active.push(idx);
         }
         &mut self.chans[idx]
@@ -438,7 +481,11 @@ impl Driver {
                 progressed |= self.pump_sends(ci, link, bufs, plan, ops)?;
                 progressed |= self.pump_recvs(ci, link, bufs, plan, ops)?;
                 let c = &self.chans[ci];
-                finished &= c.send_pos == c.sends.len() && c.recv_pos == c.recvs.len() && c.acks.is_empty();
+                finished &= c.send_pos == c.sends.len()
+                    && c.recv_pos == c.recvs.len()
+                    && c.acks.is_empty()
+                    && c.unacked == 0
+                    && c.owed.is_empty();
             }
             if finished {
                 return Ok(());
@@ -481,6 +528,9 @@ impl Driver {
     ) -> Result<bool> {
         let c = &mut self.chans[ci];
         let mut moved = settle_acks(c, link, &mut self.send_done);
+        if !write_owed(c, link, &mut moved).map_err(|e| lost(link.peer(), &ops[0], &format!("sending failed: {e}")))? {
+            return Ok(moved);
+        }
         while let Some(&si) = c.sends.get(c.send_pos) {
             let item = plan.sends[si as usize];
             if item.after.is_some_and(|r| !self.recv_done[r as usize]) {
@@ -491,9 +541,14 @@ impl Driver {
             if c.send_off == 0 {
                 let (tag, len) = (c.send_pos as u32, item.region.len as u64);
                 c.send_remote = self.busy && !self.gates[si as usize] && single_copy(link, data.len());
-                let hdr = match c.send_remote {
-                    true => FrameHeader::remote(op.seq, op.fingerprint, tag, len),
-                    false => FrameHeader::data(op.seq, op.fingerprint, tag, len),
+                c.send_spliced = !c.send_remote
+                    && self.splice_min.is_some_and(|min| data.len() >= min)
+                    && self.written & 1u64.checked_shl(item.region.buf as u32).unwrap_or(u64::MAX) == 0
+                    && link.can_splice();
+                let hdr = match (c.send_remote, c.send_spliced) {
+                    (true, _) => FrameHeader::remote(op.seq, op.fingerprint, tag, len),
+                    (false, true) => FrameHeader::spliced(op.seq, op.fingerprint, tag, len),
+                    (false, false) => FrameHeader::data(op.seq, op.fingerprint, tag, len),
                 };
                 c.send_hdr = hdr.encode();
             }
@@ -501,8 +556,11 @@ impl Driver {
             let addr = (data.as_ptr() as u64).to_le_bytes();
             let body: &[u8] = if c.send_remote { &addr } else { data };
             let total = HEADER_LEN + body.len() + pad(body.len());
-            let n = write_frame(link, &c.send_hdr, body, c.send_off)
-                .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
+            let n = match c.send_spliced {
+                true => write_spliced(link, &c.send_hdr, body, c.send_off),
+                false => write_frame(link, &c.send_hdr, body, c.send_off),
+            }
+            .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
             if n == 0 {
                 break;
             }
@@ -515,6 +573,10 @@ impl Driver {
                     (true, Link::Shm(l)) => c.acks.push_back((l.remote_sent(), si)),
                     _ => self.send_done[si as usize] = true,
                 }
+                // No receive of this plan writes a spliced frame's bytes, so
+                // only the end of the plan waits for the peer to have them.
+                c.unacked += u32::from(c.send_spliced);
+                c.send_spliced = false;
             }
         }
         Ok(moved)
@@ -534,6 +596,9 @@ impl Driver {
         loop {
             let c = &mut self.chans[ci];
             let Some(&ri) = c.recvs.get(c.recv_pos) else {
+                if c.unacked > 0 {
+                    read_trailing_acks(c, link, &ops[0], &mut moved)?;
+                }
                 break;
             };
             let item = plan.recvs[ri as usize];
@@ -555,7 +620,12 @@ impl Driver {
                 if c.recv_off < HEADER_LEN {
                     continue;
                 }
-                c.recv_remote = check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
+                if take_ack(c, link.peer())? {
+                    continue;
+                }
+                let kind = check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
+                c.recv_remote = kind == FrameKind::Remote;
+                c.recv_spliced = kind == FrameKind::Spliced;
             }
             if c.recv_remote {
                 if !recv_single_copy(c, link, bufs, &item, op, &mut moved)? {
@@ -602,6 +672,11 @@ impl Driver {
             c.staged = 0;
             c.recv_pos += 1;
             self.recv_done[ri as usize] = true;
+            if c.recv_spliced {
+                // Every byte is ours now: the sender may let its pages change.
+                c.owed.push_back(FrameHeader::consumed(op.seq, op.fingerprint, (c.recv_pos - 1) as u32).encode());
+                c.recv_spliced = false;
+            }
         }
         Ok(moved)
     }
@@ -636,6 +711,17 @@ impl Driver {
             if let Some(&si) = c.sends.get(c.send_pos) {
                 if plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) {
                     flags |= PollFlags::OUT;
+                }
+            }
+            if !c.owed.is_empty() {
+                flags |= PollFlags::OUT;
+            }
+            if c.unacked > 0 && c.recv_pos == c.recvs.len() {
+                // Waiting for the peer to say it has our spliced frames.
+                flags |= PollFlags::IN;
+                let peer = ci / streams;
+                if peer < 64 {
+                    waiting_for |= 1 << peer;
                 }
             }
             if let Some(&ri) = c.recvs.get(c.recv_pos) {
@@ -719,6 +805,74 @@ pub fn write_frame(link: &mut Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: us
     }
 }
 
+/// [`write_frame`] for a spliced frame: the header and padding are copied
+/// into the socket, the payload goes by reference (`TcpLink::try_splice`).
+fn write_spliced(link: &mut Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
+    if off < HEADER_LEN {
+        link.try_write(&[IoSlice::new(&hdr[off..])])
+    } else if off < HEADER_LEN + data.len() {
+        link.try_splice(&data[off - HEADER_LEN..])
+    } else {
+        link.try_write(&[IoSlice::new(&PAD[off - HEADER_LEN - data.len()..pad(data.len())])])
+    }
+}
+
+/// Writes the acknowledgements `c` owes its peer, between frames only.
+/// Returns whether the channel may go on to its data frames (nothing owed
+/// is left half written).
+fn write_owed(c: &mut ChanRun, link: &mut Link, moved: &mut bool) -> std::io::Result<bool> {
+    if c.send_off != 0 {
+        return Ok(true);
+    }
+    while let Some(hdr) = c.owed.front() {
+        let n = link.try_write(&[IoSlice::new(&hdr[c.owed_off..])])?;
+        if n == 0 {
+            return Ok(c.owed_off == 0);
+        }
+        *moved = true;
+        c.owed_off += n;
+        if c.owed_off == HEADER_LEN {
+            c.owed.pop_front();
+            c.owed_off = 0;
+        }
+    }
+    Ok(true)
+}
+
+/// Takes the header just read as an acknowledgement, if it is one.
+fn take_ack(c: &mut ChanRun, peer: Rank) -> Result<bool> {
+    let h = FrameHeader::decode(&c.recv_hdr).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
+    if h.kind != FrameKind::Consumed {
+        return Ok(false);
+    }
+    if c.unacked == 0 {
+        let detail =
+            format!("rank {peer} acknowledged frame {} of collective {}, which was never spliced", h.tag, h.seq);
+        return Err(Error::PeerProtocol { peer, detail });
+    }
+    c.unacked -= 1;
+    c.recv_off = 0;
+    Ok(true)
+}
+
+/// Reads acknowledgements once every receive of the channel is done: all
+/// that can still come from the peer in this plan.
+fn read_trailing_acks(c: &mut ChanRun, link: &mut Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
+    while c.unacked > 0 {
+        let n = read_some(link, &mut c.recv_hdr[c.recv_off..], op, c.recv_off)?;
+        if n == 0 {
+            return Ok(());
+        }
+        *moved = true;
+        c.recv_off += n;
+        if c.recv_off == HEADER_LEN && !take_ack(c, link.peer())? {
+            let detail = "a frame arrived after the last one this collective expects from it".to_string();
+            return Err(Error::PeerProtocol { peer: link.peer(), detail });
+        }
+    }
+    Ok(())
+}
+
 /// The error for a link to `peer` that broke during `op`.
 pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
     Error::PeerLost { peer, op: op.fingerprint.op, seq: op.seq, detail: detail.to_string() }
@@ -748,12 +902,16 @@ fn read_into(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming:
 
 /// Checks a received header against what `op` expects as frame `tag` of
 /// `len` bytes: a different call is a mismatch naming both fingerprints.
-/// Returns whether the frame is a single-copy descriptor.
-pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<bool> {
+/// Returns the frame's kind (data, spliced data or a single-copy descriptor).
+pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<FrameKind> {
     let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
     let want = Expect { seq: op.seq, fingerprint: op.fingerprint, tag, len: len as u64 };
     match check(&h, &want, op.checks) {
-        Verdict::Ok => Ok(h.kind == FrameKind::Remote),
+        Verdict::Ok if h.kind == FrameKind::Consumed => Err(Error::PeerProtocol {
+            peer,
+            detail: format!("an acknowledgement arrived where frame {tag} of collective {} was expected", op.seq),
+        }),
+        Verdict::Ok => Ok(h.kind),
         Verdict::Goodbye { seq } => Err(Error::PeerLeft { peer, op: op.fingerprint.op, seq: op.seq, their_seq: seq }),
         Verdict::Mismatch { seq, fingerprint } => {
             Err(Error::FrameMismatch { peer, seq: op.seq, ours: op.fingerprint, their_seq: seq, theirs: fingerprint })
@@ -1135,6 +1293,81 @@ mod tests {
             assert!(out_b == want(&pattern(2, len), &pattern(7, len)), "rank 1 got wrong bytes ({mode:?})");
             // Each side's one frame went single-copy and was acknowledged.
             assert_eq!((acked, acked_b), (1, 1), "{mode:?}");
+        }
+    }
+
+    /// One rank of a TCP pair that splices frames from 64 KiB on.
+    fn tcp_side(me: Rank, link: crate::tcp::TcpLink) -> Side {
+        let mut driver = Driver::new();
+        driver.set_splice_min(Some(64 << 10));
+        let mut links = vec![Vec::new(), Vec::new()];
+        links[1 - me] = vec![Link::Tcp(link)];
+        Side { driver, links, abort: AbortSignal::new().unwrap() }
+    }
+
+    #[test]
+    fn a_spliced_send_returns_only_once_the_receiver_has_the_bytes() {
+        // The receiver starts late, so the whole frame waits in the
+        // sockets, still in the sender's pages. The sender then reuses its
+        // buffer as a caller would: the receiver must still get the bytes
+        // of the call, which only the wait for its acknowledgement ensures.
+        let (a, b) = crate::tcp::test_pair();
+        let len = 3 * MIB + 8;
+        let t = std::thread::spawn(move || {
+            let mut s = tcp_side(1, b);
+            std::thread::sleep(Duration::from_millis(300));
+            let mut out = vec![0u8; len];
+            let mut plan = Plan::default();
+            plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
+            s.run(&mut [Buf::Rw(&mut out)], &plan, Duration::from_secs(10)).unwrap();
+            out
+        });
+        let mut s = tcp_side(0, a);
+        let mut data = pattern(3, len);
+        let mut plan = Plan::default();
+        plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, len), None);
+        s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(10)).unwrap();
+        data.iter_mut().for_each(|x| *x = 0xff);
+        assert!(t.join().unwrap() == pattern(3, len), "the receiver saw the buffer change");
+    }
+
+    #[test]
+    fn spliced_frames_both_ways_interleave_their_acknowledgements() {
+        // Four 1 MiB frames each way, copied and reduced: every frame is
+        // spliced, and each side's acknowledgements come between the
+        // other's data frames.
+        for mode in [RecvMode::Copy, RecvMode::Reduce { with: None }] {
+            let (a, b) = crate::tcp::test_pair();
+            let plan = move |peer| {
+                let chan = Chan { peer, stream: 0 };
+                let mut plan = Plan::default();
+                for k in 0..4 {
+                    plan.send(chan, Region::new(0, k * MIB, MIB), None);
+                    plan.recv(chan, Region::new(1, k * MIB, MIB), mode, None, None);
+                }
+                plan
+            };
+            let side_run = move |me: Rank, link, seeds: (u8, u8)| {
+                let mut s = tcp_side(me, link);
+                let input = pattern(seeds.0, 4 * MIB);
+                let mut out = pattern(seeds.1, 4 * MIB);
+                for _ in 0..3 {
+                    out = pattern(seeds.1, 4 * MIB);
+                    s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &plan(1 - me), Duration::from_secs(20)).unwrap();
+                }
+                out
+            };
+            let t = std::thread::spawn(move || side_run(1, b, (1, 7)));
+            let out = side_run(0, a, (2, 9));
+            let out_b = t.join().unwrap();
+            let want = |from: Vec<u8>, had: Vec<u8>| -> Vec<u8> {
+                match mode {
+                    RecvMode::Copy => from,
+                    RecvMode::Reduce { .. } => from.iter().zip(&had).map(|(x, y)| x.wrapping_add(*y)).collect(),
+                }
+            };
+            assert!(out == want(pattern(1, 4 * MIB), pattern(9, 4 * MIB)), "rank 0 got wrong bytes ({mode:?})");
+            assert!(out_b == want(pattern(2, 4 * MIB), pattern(7, 4 * MIB)), "rank 1 got wrong bytes ({mode:?})");
         }
     }
 

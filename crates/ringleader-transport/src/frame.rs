@@ -11,7 +11,9 @@
 //!  0  magic   u16  0x4c52 ("RL")
 //!  2  version u8   FRAME_VERSION
 //!  3  kind    u8   0 = data, 1 = goodbye (the peer left cleanly),
-//!                  2 = single-copy descriptor (shared memory only)
+//!                  2 = single-copy descriptor (shared memory only),
+//!                  3 = spliced data (TCP: to be acknowledged),
+//!                  4 = consumed (the acknowledgement, no payload)
 //!  4  tag     u32  frame index on this channel within the collective
 //!  8  seq     u64  collective sequence number (per pair for send/recv)
 //! 16  fp      16   Fingerprint::encode
@@ -22,6 +24,13 @@
 //! 8-byte address where they lie in the sender's memory (see
 //! [`crate::shm`]); it is checked like a data frame.
 //!
+//! A spliced frame is a data frame whose payload the sender's kernel sends
+//! from the sender's own pages (TCP, `vmsplice`): the sender must not let
+//! them change until the receiver has the bytes, so the receiver answers
+//! each one with a `consumed` frame. Those come between the receiver's own
+//! frames on the same connection and carry the collective's sequence
+//! number, fingerprint and the spliced frame's tag.
+//!
 //! The payload is followed by zero padding up to a multiple of 8 bytes, so
 //! every header and payload starts 8-byte aligned in the stream (shared
 //! memory reduces straight out of its rings, which needs aligned elements).
@@ -31,7 +40,7 @@ use ringleader_core::Fingerprint;
 /// Size of an encoded [`FrameHeader`].
 pub const HEADER_LEN: usize = 40;
 /// Frame format version; peers with another version are refused at connect.
-pub const FRAME_VERSION: u8 = 1;
+pub const FRAME_VERSION: u8 = 2;
 const MAGIC: u16 = 0x4c52;
 
 /// What a frame carries.
@@ -44,6 +53,11 @@ pub enum FrameKind {
     /// Payload of a collective, left in the sender's memory for the
     /// receiver to copy (shared memory only): an address follows.
     Remote,
+    /// Payload of a collective sent from the sender's pages: the receiver
+    /// answers with [`FrameKind::Consumed`] once it has every byte.
+    Spliced,
+    /// The receiver has every byte of the spliced frame `tag`; no payload.
+    Consumed,
 }
 
 /// One frame header.
@@ -96,6 +110,16 @@ impl FrameHeader {
         FrameHeader { kind: FrameKind::Remote, tag, seq, fingerprint, len }
     }
 
+    /// The header of a spliced data frame (see the module docs).
+    pub fn spliced(seq: u64, fingerprint: Fingerprint, tag: u32, len: u64) -> FrameHeader {
+        FrameHeader { kind: FrameKind::Spliced, tag, seq, fingerprint, len }
+    }
+
+    /// The acknowledgement of the spliced frame `tag` of collective `seq`.
+    pub fn consumed(seq: u64, fingerprint: Fingerprint, tag: u32) -> FrameHeader {
+        FrameHeader { kind: FrameKind::Consumed, tag, seq, fingerprint, len: 0 }
+    }
+
     /// The header of a goodbye frame (sent when a communicator is destroyed).
     pub fn goodbye(seq: u64, fingerprint: Fingerprint) -> FrameHeader {
         FrameHeader { kind: FrameKind::Goodbye, tag: 0, seq, fingerprint, len: 0 }
@@ -110,6 +134,8 @@ impl FrameHeader {
             FrameKind::Data => 0,
             FrameKind::Goodbye => 1,
             FrameKind::Remote => 2,
+            FrameKind::Spliced => 3,
+            FrameKind::Consumed => 4,
         };
         b[4..8].copy_from_slice(&self.tag.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
@@ -131,6 +157,8 @@ impl FrameHeader {
             0 => FrameKind::Data,
             1 => FrameKind::Goodbye,
             2 => FrameKind::Remote,
+            3 => FrameKind::Spliced,
+            4 => FrameKind::Consumed,
             _ => return Err(DecodeError::Malformed("unknown frame kind")),
         };
         let fingerprint =
@@ -230,6 +258,18 @@ mod tests {
         let want = Expect { seq: 3, fingerprint: fp(2), tag: 1, len: 1 << 20 };
         assert_eq!(check(&h, &want, true), Verdict::Ok);
         assert!(matches!(check(&FrameHeader::remote(4, fp(2), 1, 1 << 20), &want, true), Verdict::Mismatch { .. }));
+    }
+
+    #[test]
+    fn spliced_frames_check_like_data_and_acknowledgements_round_trip() {
+        let h = FrameHeader::spliced(3, fp(2), 1, 1 << 20);
+        assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
+        let want = Expect { seq: 3, fingerprint: fp(2), tag: 1, len: 1 << 20 };
+        assert_eq!(check(&h, &want, true), Verdict::Ok);
+        assert!(matches!(check(&FrameHeader::spliced(4, fp(2), 1, 1 << 20), &want, true), Verdict::Mismatch { .. }));
+        let ack = FrameHeader::consumed(3, fp(2), 1);
+        assert_eq!(FrameHeader::decode(&ack.encode()).unwrap(), ack);
+        assert_eq!((ack.kind, ack.len), (FrameKind::Consumed, 0));
     }
 
     #[test]

@@ -92,6 +92,29 @@ impl Link {
         }
     }
 
+    /// Whether [`Link::try_splice`] can send from the caller's pages here
+    /// (TCP, where the kernel grants a pipe).
+    pub fn can_splice(&mut self) -> bool {
+        match self {
+            Link::Tcp(t) => t.can_splice(),
+            _ => false,
+        }
+    }
+
+    /// Sends the start of `data` by reference to its pages (TCP; see
+    /// [`crate::tcp::TcpLink::try_splice`]); other links copy it. The caller
+    /// keeps `data` unchanged until the peer acknowledges it.
+    #[allow(unsafe_code)]
+    pub fn try_splice(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            // SAFETY: the driver splices only buffers that no receive of the
+            // plan writes, and ends the plan only once the peer has
+            // acknowledged every spliced frame.
+            Link::Tcp(t) => unsafe { t.try_splice(data) },
+            other => other.try_write(&[std::io::IoSlice::new(data)]),
+        }
+    }
+
     /// Hands arrived bytes to `f` where they lie, if the link can (shared
     /// memory); `None` means read into a buffer instead.
     #[inline]
