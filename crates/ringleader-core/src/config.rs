@@ -240,21 +240,17 @@ impl Config {
             self.streams = s;
         }
         self.algo = env.get("RINGLEADER_ALGO").filter(|s| !s.is_empty());
-        if let Some(v) = env.get("RINGLEADER_SHM_SINGLE_COPY") {
-            self.shm_single_copy = parse_single_copy(&v).ok_or_else(|| {
-                Error::invalid(
-                    "RINGLEADER_SHM_SINGLE_COPY",
-                    format!("{v:?} is neither off nor a size in bytes (such as 262144, 256K or 1M)"),
-                )
-            })?;
-        }
-        if let Some(v) = env.get("RINGLEADER_TCP_SPLICE") {
-            self.tcp_splice = parse_single_copy(&v).ok_or_else(|| {
-                Error::invalid(
-                    "RINGLEADER_TCP_SPLICE",
-                    format!("{v:?} is neither off nor a size in bytes (such as 262144, 256K or 1M)"),
-                )
-            })?;
+        for (name, slot) in
+            [("RINGLEADER_SHM_SINGLE_COPY", &mut self.shm_single_copy), ("RINGLEADER_TCP_SPLICE", &mut self.tcp_splice)]
+        {
+            if let Some(v) = env.get(name) {
+                *slot = parse_single_copy(&v).ok_or_else(|| {
+                    Error::invalid(
+                        name,
+                        format!("{v:?} is neither off nor a size in bytes (such as 262144, 256K or 1M)"),
+                    )
+                })?;
+            }
         }
         if let Some(a) = env.get("RINGLEADER_STORE_ADDR").filter(|s| !s.is_empty()) {
             self.store_addr = Some(a);
@@ -587,36 +583,26 @@ mod tests {
     }
 
     #[test]
-    fn shm_single_copy_takes_a_size_or_off() {
+    fn shm_single_copy_and_tcp_splice_take_a_size_or_off() {
         let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
-        let with = |v: &str| {
+        let with = |name, v| {
             let mut pairs = base.to_vec();
-            pairs.push(("RINGLEADER_SHM_SINGLE_COPY", v));
+            pairs.push((name, v));
             Config::discover(&Explicit::default(), env(&pairs))
         };
-        assert_eq!(Config::discover(&Explicit::default(), env(&base)).unwrap().shm_single_copy, Some(1 << 20));
-        assert_eq!(with("4M").unwrap().shm_single_copy, Some(4 << 20));
-        assert_eq!(with("65536").unwrap().shm_single_copy, Some(65536));
-        assert_eq!(with("off").unwrap().shm_single_copy, None);
-        let err = with("big").unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-        assert!(err.to_string().contains("RINGLEADER_SHM_SINGLE_COPY"), "{err}");
-    }
-
-    #[test]
-    fn tcp_splice_takes_a_size_or_off() {
-        let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
-        let with = |v: &str| {
-            let mut pairs = base.to_vec();
-            pairs.push(("RINGLEADER_TCP_SPLICE", v));
-            Config::discover(&Explicit::default(), env(&pairs))
-        };
-        assert_eq!(Config::discover(&Explicit::default(), env(&base)).unwrap().tcp_splice, Some(256 << 10));
-        assert_eq!(with("1M").unwrap().tcp_splice, Some(1 << 20));
-        assert_eq!(with("off").unwrap().tcp_splice, None);
-        let err = with("fast").unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-        assert!(err.to_string().contains("RINGLEADER_TCP_SPLICE"), "{err}");
+        let default = Config::discover(&Explicit::default(), env(&base)).unwrap();
+        assert_eq!((default.shm_single_copy, default.tcp_splice), (Some(1 << 20), Some(256 << 10)));
+        type Field = fn(&Config) -> Option<usize>;
+        let fields: [(&str, Field); 2] =
+            [("RINGLEADER_SHM_SINGLE_COPY", |c| c.shm_single_copy), ("RINGLEADER_TCP_SPLICE", |c| c.tcp_splice)];
+        for (name, field) in fields {
+            assert_eq!(field(&with(name, "4M").unwrap()), Some(4 << 20));
+            assert_eq!(field(&with(name, "65536").unwrap()), Some(65536));
+            assert_eq!(field(&with(name, "off").unwrap()), None);
+            let err = with(name, "big").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            assert!(err.to_string().contains(name), "{err}");
+        }
     }
 
     #[test]
