@@ -31,11 +31,6 @@ const STAGING: usize = 256 << 10;
 /// Bytes copied per `process_vm_readv` of a single-copy frame: the driver
 /// turns to its other links in between.
 const REMOTE_PIECE: usize = 2 << 20;
-/// Frames from this size on go out of a socket spliced from the sender's
-/// pages (see [`crate::frame`]), where the source is safe to lend: the
-/// receiver's kernel then makes the only copy. Below it, the wait for the
-/// receiver's acknowledgement costs more than the copy it saves.
-pub const SPLICE_MIN: usize = 256 << 10;
 /// Bytes of the address a single-copy descriptor carries.
 const ADDR_LEN: usize = 8;
 /// Longest single poll; the abort descriptor wakes us sooner.
@@ -240,6 +235,15 @@ struct ChanRun {
     owed_off: usize,
 }
 
+impl ChanRun {
+    /// Allocates the staging buffer on first use; it is kept for later plans.
+    fn ensure_staging(&mut self) {
+        if self.staging.is_empty() {
+            self.staging = vec![0u64; STAGING / 8];
+        }
+    }
+}
+
 impl Default for ChanRun {
     fn default() -> ChanRun {
         ChanRun {
@@ -344,13 +348,16 @@ impl Driver {
         self.idle = idle;
     }
 
-    /// Sends socket frames of `min` bytes and more from the sender's pages
-    /// (`None`: always copy them into the socket).
+    /// Sends socket frames of `min` bytes and more from the sender's pages,
+    /// where the source is safe to lend (see [`crate::frame`]): the
+    /// receiver's kernel then makes the only copy (`None`: always copy them
+    /// into the socket).
     ///
     /// ```
-    /// use ringleader_transport::driver::{Driver, SPLICE_MIN};
+    /// use ringleader_core::config::DEFAULT_TCP_SPLICE;
+    /// use ringleader_transport::Driver;
     /// let mut d = Driver::new();
-    /// d.set_splice_min(Some(SPLICE_MIN));
+    /// d.set_splice_min(Some(DEFAULT_TCP_SPLICE));
     /// ```
     pub fn set_splice_min(&mut self, min: Option<usize>) {
         self.splice_min = min;
@@ -620,10 +627,11 @@ impl Driver {
                 if c.recv_off < HEADER_LEN {
                     continue;
                 }
-                if take_ack(c, link.peer())? {
+                let h = decode_header(&c.recv_hdr, link.peer())?;
+                if take_ack(c, &h, link.peer())? {
                     continue;
                 }
-                let kind = check_header(&c.recv_hdr, link.peer(), tag, item.region.len, op)?;
+                let kind = check_decoded(&h, link.peer(), tag, item.region.len, op)?;
                 c.recv_remote = kind == FrameKind::Remote;
                 c.recv_spliced = kind == FrameKind::Spliced;
             }
@@ -840,8 +848,7 @@ fn write_owed(c: &mut ChanRun, link: &mut Link, moved: &mut bool) -> std::io::Re
 }
 
 /// Takes the header just read as an acknowledgement, if it is one.
-fn take_ack(c: &mut ChanRun, peer: Rank) -> Result<bool> {
-    let h = FrameHeader::decode(&c.recv_hdr).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
+fn take_ack(c: &mut ChanRun, h: &FrameHeader, peer: Rank) -> Result<bool> {
     if h.kind != FrameKind::Consumed {
         return Ok(false);
     }
@@ -865,7 +872,7 @@ fn read_trailing_acks(c: &mut ChanRun, link: &mut Link, op: &OpInfo, moved: &mut
         }
         *moved = true;
         c.recv_off += n;
-        if c.recv_off == HEADER_LEN && !take_ack(c, link.peer())? {
+        if c.recv_off == HEADER_LEN && !take_ack(c, &decode_header(&c.recv_hdr, link.peer())?, link.peer())? {
             let detail = "a frame arrived after the last one this collective expects from it".to_string();
             return Err(Error::PeerProtocol { peer: link.peer(), detail });
         }
@@ -904,9 +911,18 @@ fn read_into(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming:
 /// `len` bytes: a different call is a mismatch naming both fingerprints.
 /// Returns the frame's kind (data, spliced data or a single-copy descriptor).
 pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<FrameKind> {
-    let h = FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
+    check_decoded(&decode_header(raw, peer)?, peer, tag, len, op)
+}
+
+/// Decodes a header from `peer`; garbage is a protocol error naming it.
+fn decode_header(raw: &[u8; HEADER_LEN], peer: Rank) -> Result<FrameHeader> {
+    FrameHeader::decode(raw).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })
+}
+
+/// [`check_header`] for a header already decoded.
+fn check_decoded(h: &FrameHeader, peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<FrameKind> {
     let want = Expect { seq: op.seq, fingerprint: op.fingerprint, tag, len: len as u64 };
-    match check(&h, &want, op.checks) {
+    match check(h, &want, op.checks) {
         Verdict::Ok if h.kind == FrameKind::Consumed => Err(Error::PeerProtocol {
             peer,
             detail: format!("an acknowledgement arrived where frame {tag} of collective {} was expected", op.seq),
@@ -986,9 +1002,7 @@ fn recv_single_copy(
                 l.read_remote(at, &mut dst[c.remote_got..c.remote_got + left.min(REMOTE_PIECE)]).map_err(failed)?
             }
             RecvMode::Reduce { with } => {
-                if c.staging.is_empty() {
-                    c.staging = vec![0u64; STAGING / 8];
-                }
+                c.ensure_staging();
                 let stage: &mut [u8] = bytemuck::cast_slice_mut(&mut c.staging);
                 let esz = op.fingerprint.dtype.size();
                 // Whole elements only: a short read leaves the rest for the next call.
@@ -1052,9 +1066,7 @@ fn recv_copy_staged(
     op: &OpInfo,
     moved: &mut bool,
 ) -> Result<bool> {
-    if c.staging.is_empty() {
-        c.staging = vec![0u64; STAGING / 8];
-    }
+    c.ensure_staging();
     loop {
         let got = c.recv_off - HEADER_LEN;
         if got == item.region.len {
@@ -1111,9 +1123,7 @@ fn recv_reduce(
             }
         }
     }
-    if c.staging.is_empty() {
-        c.staging = vec![0u64; STAGING / 8];
-    }
+    c.ensure_staging();
     loop {
         let got = c.recv_off - HEADER_LEN;
         // Bytes already reduced: everything read except what is staged.

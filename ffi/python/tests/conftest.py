@@ -4,6 +4,7 @@ Every job has a hard time limit after which all its processes are killed
 and the test fails. Output lines are timestamped as they arrive, so tests
 can check how fast an error came."""
 
+import ast
 import os
 import shutil
 import signal
@@ -175,3 +176,18 @@ def parse_checks(proc: Proc) -> Dict[str, str]:
             name, _, why = line[5:].partition(": ")
             results[name.strip()] = why or "failed"
     return results
+
+
+def check_names(script: str) -> List[str]:
+    """Names of the @check functions in tests/scripts/<script>, read without importing it."""
+    tree = ast.parse((SCRIPTS / script).read_text())
+    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
+            and any(getattr(d, "id", None) == "check" for d in f.decorator_list)]
+
+
+def assert_check_passed(job: Job, name: str):
+    """Every process of ``job`` ran check ``name`` and it passed."""
+    for p in job.procs:
+        results = parse_checks(p)
+        assert name in results, f"{p.label} did not run {name}:\n{job.report()}"
+        assert results[name] == "", f"{p.label}: {name}: {results[name]}\n{job.report()}"

@@ -2,19 +2,13 @@
 (env:// and explicit store), the timeout argument, and DDP training ending
 in identical replicas."""
 
-import ast
-
 import pytest
 
-from conftest import SCRIPTS, parse_checks, run
+from conftest import assert_check_passed, check_names, run
 
 pytest.importorskip("torch")
 
 
-def _check_names():
-    tree = ast.parse((SCRIPTS / "torch_api.py").read_text())
-    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
-            and any(getattr(d, "id", None) == "check" for d in f.decorator_list)]
 
 
 JOBS = {
@@ -28,12 +22,9 @@ def job(request):
     return run("torch_api.py", limit=180, **JOBS[request.param])
 
 
-@pytest.mark.parametrize("name", _check_names())
+@pytest.mark.parametrize("name", check_names("torch_api.py"))
 def test_torch_check(job, name):
-    for p in job.procs:
-        results = parse_checks(p)
-        assert name in results, f"{p.label} did not run {name}:\n{job.report()}"
-        assert results[name] == "", f"{p.label}: {name}: {results[name]}\n{job.report()}"
+    assert_check_passed(job, name)
 
 
 def test_torch_job_exits_cleanly(job):

@@ -2,11 +2,9 @@
 where torch sees a GPU and libringleader can use it; skipped elsewhere with
 the reason. scripts/gpu_check.sh runs it on a GPU machine."""
 
-import ast
-
 import pytest
 
-from conftest import SCRIPTS, parse_checks, run
+from conftest import assert_check_passed, check_names, run
 
 torch = pytest.importorskip("torch")
 import ringleader  # noqa: E402
@@ -17,10 +15,6 @@ if ringleader.cuda_support() is not None:
     pytest.skip(f"libringleader cannot use CUDA here: {ringleader.cuda_support()}", allow_module_level=True)
 
 
-def _check_names():
-    tree = ast.parse((SCRIPTS / "torch_cuda.py").read_text())
-    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
-            and any(getattr(d, "id", None) == "check" for d in f.decorator_list)]
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["world2", "world3"])
@@ -28,12 +22,9 @@ def job(request):
     return run("torch_cuda.py", world=request.param, limit=240)
 
 
-@pytest.mark.parametrize("name", _check_names())
+@pytest.mark.parametrize("name", check_names("torch_cuda.py"))
 def test_cuda_check(job, name):
-    for p in job.procs:
-        results = parse_checks(p)
-        assert name in results, f"{p.label} did not run {name}:\n{job.report()}"
-        assert results[name] == "", f"{p.label}: {name}: {results[name]}\n{job.report()}"
+    assert_check_passed(job, name)
 
 
 def test_cuda_job_exits_cleanly(job):
