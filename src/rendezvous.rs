@@ -45,6 +45,9 @@ pub(crate) struct PeerInfo {
     /// (empty when it does not resolve).
     #[serde(default)]
     pub master_ips: Vec<String>,
+    /// This rank's `RINGLEADER_TRANSPORT` setting.
+    #[serde(default)]
+    pub transport: String,
 }
 
 impl PeerInfo {
@@ -146,6 +149,7 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
         boot_id: boot_id(),
         master_addr: cfg.master_addr.clone(),
         master_ips: resolve_ips(&cfg.master_addr),
+        transport: cfg.transport.name().to_string(),
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     let peers = wait_for_all(&mut aux, cfg, &me, deadline, abort)?;
@@ -481,8 +485,9 @@ fn check_conflicts(present: &[PeerInfo], me: &PeerInfo) -> Result<()> {
 }
 
 /// Checks a complete set of registrations (`peers[r]` is rank r's): world
-/// sizes and versions must agree, and no rank may listen on a loopback
-/// address that a rank on another host would have to connect to.
+/// sizes, versions and transport settings must agree, and no rank may
+/// listen on a loopback address that a rank on another host would have to
+/// connect to.
 pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
     let Some(mine) = peers.get(me) else {
         return Err(Error::invalid("rank", format!("rank {me} missing from its own rendezvous")));
@@ -494,7 +499,57 @@ pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
             versions: peers.iter().map(|p| (format!("rank {} ({})", p.rank, p.host), p.version.clone())).collect(),
         });
     }
+    check_transports(peers)?;
     check_loopback(peers)
+}
+
+/// A `RINGLEADER_TRANSPORT` value and the ranks that set it.
+type Choice<'a> = (&'a str, Vec<Rank>);
+
+/// Ranks that share a host must pick the same data plane: a rank set to
+/// `tcp` never creates the shared memory that a rank set to `auto` on its
+/// host waits for, which would otherwise surface only as a timeout blaming
+/// the wrong rank. Ranks on different hosts may differ (a node launched
+/// with another setting still reaches the others over TCP). Fails naming
+/// the host and the ranks of each setting.
+fn check_transports(peers: &[PeerInfo]) -> Result<()> {
+    // By host, in order of each host's lowest rank: its settings.
+    let mut hosts: Vec<(&PeerInfo, Vec<Choice<'_>>)> = Vec::new();
+    let mut index: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
+    for p in peers {
+        let i = *index.entry((p.host.as_str(), p.boot_id.as_str())).or_insert_with(|| {
+            hosts.push((p, Vec::new()));
+            hosts.len() - 1
+        });
+        let groups = &mut hosts[i].1;
+        match groups.iter_mut().find(|(t, _)| *t == p.transport) {
+            Some((_, ranks)) => ranks.push(p.rank),
+            None => groups.push((&p.transport, vec![p.rank])),
+        }
+    }
+    let Some((first, groups)) = hosts.iter().find(|(_, groups)| groups.len() > 1) else { return Ok(()) };
+    let said = groups.iter().map(|(t, ranks)| format!("{t} on {}", rank_list(ranks))).collect::<Vec<_>>();
+    Err(Error::invalid(
+        "RINGLEADER_TRANSPORT",
+        format!(
+            "ranks on host {} disagree: {}; set the same value (or none) on every rank of a host",
+            first.host,
+            said.join(", ")
+        ),
+    ))
+}
+
+/// `rank 3` or `ranks 0, 1, 2`, eliding the middle of long lists.
+fn rank_list(ranks: &[Rank]) -> String {
+    const SHOWN: usize = 8;
+    let mut names: Vec<String> = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect();
+    if ranks.len() > SHOWN {
+        names.push(format!("... ({} in all)", ranks.len()));
+    }
+    match ranks.len() {
+        1 => format!("rank {}", names[0]),
+        _ => format!("ranks {}", names.join(", ")),
+    }
 }
 
 /// A rank listens on a loopback address (MASTER_ADDR resolved to one on its
@@ -543,6 +598,7 @@ mod tests {
             boot_id: "b".into(),
             master_addr: "node-a".into(),
             master_ips: vec!["10.0.0.1".into()],
+            transport: "auto".into(),
         }
     }
 
@@ -580,6 +636,24 @@ mod tests {
         let e = validate(&peers, 0).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::VersionMismatch);
         assert!(e.to_string().contains("rank 1 (h1) runs 9.9"), "{e}");
+    }
+
+    #[test]
+    fn transport_disagreement_on_one_host_names_the_ranks_of_each_setting() {
+        // Host h0 holds ranks 0-11, host h1 ranks 12-13.
+        let mut peers: Vec<PeerInfo> = (0..14).map(|r| on_host(r, 14, r / 12)).collect();
+        peers[0].transport = "tcp".into();
+        let e = validate(&peers, 13).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let s = e.to_string();
+        assert!(s.contains("RINGLEADER_TRANSPORT") && s.contains("host h0"), "{s}");
+        assert!(s.contains("tcp on rank 0, auto on ranks 1, 2, 3, 4, 5, 6, 7, 8, ... (11 in all)"), "{s}");
+        peers[0].transport = "auto".into();
+        assert!(validate(&peers, 13).is_ok(), "the same setting everywhere passes");
+        // Another host's ranks may differ from this one's.
+        peers[12].transport = "tcp".into();
+        peers[13].transport = "tcp".into();
+        assert!(validate(&peers, 13).is_ok(), "hosts may differ from each other");
     }
 
     #[test]

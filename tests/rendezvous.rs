@@ -150,6 +150,24 @@ fn different_versions_are_named_per_rank() {
     }
 }
 
+#[test]
+fn different_transports_fail_at_rendezvous_naming_both() {
+    // Without the check, rank 1 (auto) waits out the init timeout for shared
+    // memory rank 0 (tcp) never creates, and the verdict blames rank 1.
+    let spec = JobSpec::new(2, "join")
+        .env("RINGLEADER_INIT_TIMEOUT", "20")
+        .per_rank(|r| vec![("RINGLEADER_TRANSPORT".into(), if r == 0 { "tcp" } else { "auto" }.into())])
+        .limit(40);
+    let outs = run(spec);
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "invalid-argument", "{}", e.message);
+        assert!(e.message.contains("RINGLEADER_TRANSPORT"), "{}", e.message);
+        assert!(e.message.contains("disagree: tcp on rank 0, auto on rank 1"), "{}", e.message);
+        assert!(e.elapsed_ms < 10_000, "rank {} failed only after {} ms: {}", o.rank, e.elapsed_ms, e.message);
+    }
+}
+
 fn ringleader_core_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }

@@ -38,6 +38,21 @@ impl TransportKind {
             _ => return None,
         })
     }
+
+    /// The setting as `RINGLEADER_TRANSPORT` spells it.
+    ///
+    /// ```
+    /// use ringleader_core::config::TransportKind;
+    /// assert_eq!(TransportKind::parse("TCP").map(TransportKind::name), Some("tcp"));
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Shm => "shm",
+            TransportKind::Rdma => "rdma",
+        }
+    }
 }
 
 /// Explicitly given identity, which wins over anything in the environment.
