@@ -539,7 +539,7 @@ fn check_transports(peers: &[PeerInfo]) -> Result<()> {
     ))
 }
 
-/// `rank 3` or `ranks 0, 1, 2`, eliding the middle of long lists.
+/// `rank 3` or `ranks 0, 1, 2`; long lists show their first eight ranks and the count.
 fn rank_list(ranks: &[Rank]) -> String {
     const SHOWN: usize = 8;
     let mut names: Vec<String> = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect();
