@@ -539,16 +539,14 @@ fn check_transports(peers: &[PeerInfo]) -> Result<()> {
     ))
 }
 
-/// `rank 3` or `ranks 0, 1, 2`; long lists show their first eight ranks and the count.
+/// [`fmt_ranks`], showing the first eight ranks of a longer list and the
+/// count.
 fn rank_list(ranks: &[Rank]) -> String {
     const SHOWN: usize = 8;
-    let mut names: Vec<String> = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect();
-    if ranks.len() > SHOWN {
-        names.push(format!("... ({} in all)", ranks.len()));
-    }
+    let shown = fmt_ranks(&ranks[..ranks.len().min(SHOWN)]);
     match ranks.len() {
-        1 => format!("rank {}", names[0]),
-        _ => format!("ranks {}", names.join(", ")),
+        n if n > SHOWN => format!("{shown}, ... ({n} in all)"),
+        _ => shown,
     }
 }
 

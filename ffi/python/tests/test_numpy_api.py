@@ -9,8 +9,6 @@ from conftest import assert_check_passed, check_names, run
 SCRIPT = "numpy_api.py"
 
 
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"world{w}")
 def job(request):
     return run(SCRIPT, world=request.param, limit=120, env={"RINGLEADER_TIMEOUT": "30"})

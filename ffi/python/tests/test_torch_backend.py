@@ -9,8 +9,6 @@ from conftest import assert_check_passed, check_names, run
 pytest.importorskip("torch")
 
 
-
-
 JOBS = {
     "env-world2": dict(world=2, args=["env"], env={"EXPECT_TIMEOUT": "42"}),
     "explicit-world3": dict(world=3, args=["explicit"], env={}),

@@ -15,8 +15,6 @@ if ringleader.cuda_support() is not None:
     pytest.skip(f"libringleader cannot use CUDA here: {ringleader.cuda_support()}", allow_module_level=True)
 
 
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=["world2", "world3"])
 def job(request):
     return run("torch_cuda.py", world=request.param, limit=240)
