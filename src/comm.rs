@@ -147,12 +147,10 @@ impl Communicator {
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         // One more link per pair than the collectives use: the last is the
         // lane for sends and receives.
-        let mut with_lane = cfg.clone();
-        with_lane.streams += 1;
-        let mut joined = rendezvous::join(&with_lane, &abort)?;
+        let links = cfg.streams + 1;
+        let mut joined = rendezvous::join(&cfg, links, &abort)?;
         let mut driver = Driver::new();
-        let (plane, waiter) =
-            local::attach(&cfg, &joined.peers, &mut joined.mesh.links, with_lane.streams, &mut driver, &abort)?;
+        let (plane, waiter) = local::attach(&cfg, &joined.peers, &mut joined.mesh.links, links, &mut driver, &abort)?;
         #[allow(unused_mut)]
         let mut plane_name = plane.name();
         #[cfg(feature = "rdma")]

@@ -48,6 +48,12 @@ pub(crate) struct PeerInfo {
     /// This rank's `RINGLEADER_TRANSPORT` setting.
     #[serde(default)]
     pub transport: String,
+    /// This rank's `RINGLEADER_ALGO` setting: `auto`, `ring` or `rd`.
+    #[serde(default)]
+    pub algo: String,
+    /// This rank's `RINGLEADER_STREAMS` setting.
+    #[serde(default)]
+    pub streams: usize,
 }
 
 impl PeerInfo {
@@ -119,8 +125,9 @@ pub(crate) fn client_options(cfg: &Config, connect_timeout: Duration) -> ClientO
     o
 }
 
-/// Runs the rendezvous for `cfg`, bounded by `cfg.init_timeout`.
-pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result<Joined> {
+/// Runs the rendezvous for `cfg`, bounded by `cfg.init_timeout`, and
+/// connects every pair of ranks with `links` TCP connections.
+pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSignal) -> Result<Joined> {
     let start = Instant::now();
     let deadline = start + cfg.init_timeout;
     let server = host_store_if_needed(cfg)?;
@@ -150,6 +157,8 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
         master_addr: cfg.master_addr.clone(),
         master_ips: resolve_ips(&cfg.master_addr),
         transport: cfg.transport.name().to_string(),
+        algo: crate::algo::Algo::setting_name(cfg.algo.as_deref()).to_string(),
+        streams: cfg.streams,
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     let peers = wait_for_all(&mut aux, cfg, &me, deadline, abort)?;
@@ -160,7 +169,7 @@ pub(crate) fn join(cfg: &Config, abort: &ringleader_core::AbortSignal) -> Result
             log::warn(cfg.rank, &note);
         }
     }
-    let mesh = preflight(&mut aux, listener, &peers, cfg, deadline, abort)?;
+    let mesh = preflight(&mut aux, listener, &peers, cfg, links, deadline, abort)?;
     // The member connection is the rank's life line from here on.
     let _ = member.heartbeat(&[]);
     Ok(Joined { server, member, aux, peers, mesh, store_addr })
@@ -211,6 +220,7 @@ fn preflight(
     listener: DataListener,
     peers: &[PeerInfo],
     cfg: &Config,
+    links: usize,
     deadline: Instant,
     abort: &ringleader_core::AbortSignal,
 ) -> Result<Mesh> {
@@ -223,7 +233,7 @@ fn preflight(
         &MeshOptions {
             rank: cfg.rank,
             world: cfg.world_size,
-            streams: cfg.streams,
+            streams: links,
             run_id: cfg.run_id.clone(),
             token: cfg.token.clone(),
             timeout: mesh_time,
@@ -499,12 +509,52 @@ pub(crate) fn validate(peers: &[PeerInfo], me: Rank) -> Result<()> {
             versions: peers.iter().map(|p| (format!("rank {} ({})", p.rank, p.host), p.version.clone())).collect(),
         });
     }
+    check_job_settings(peers)?;
     check_transports(peers)?;
     check_loopback(peers)
 }
 
-/// A `RINGLEADER_TRANSPORT` value and the ranks that set it.
-type Choice<'a> = (&'a str, Vec<Rank>);
+/// A setting's value and the ranks that use it.
+type Choice = (String, Vec<Rank>);
+
+/// `(value, rank)` pairs grouped by value, in order of first appearance.
+fn choices(pairs: impl IntoIterator<Item = (String, Rank)>) -> Vec<Choice> {
+    let mut groups: Vec<Choice> = Vec::new();
+    for (value, rank) in pairs {
+        match groups.iter_mut().find(|(v, _)| *v == value) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => groups.push((value, vec![rank])),
+        }
+    }
+    groups
+}
+
+/// "tcp on rank 0, auto on ranks 1, 2".
+fn said(groups: &[Choice]) -> String {
+    groups.iter().map(|(v, ranks)| format!("{v} on {}", rank_list(ranks))).collect::<Vec<_>>().join(", ")
+}
+
+/// Settings that decide which frames ranks exchange must be equal on every
+/// rank: with `RINGLEADER_ALGO` or `RINGLEADER_STREAMS` differing, ranks
+/// wait for data or connections their peers never send, which would
+/// otherwise surface as a data-port or timeout error that names nobody.
+fn check_job_settings(peers: &[PeerInfo]) -> Result<()> {
+    let algo = choices(peers.iter().map(|p| (p.algo.clone(), p.rank)));
+    let streams = choices(peers.iter().map(|p| (p.streams.to_string(), p.rank)));
+    for (name, groups) in [("RINGLEADER_ALGO", algo), ("RINGLEADER_STREAMS", streams)] {
+        if groups.len() > 1 {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "ranks disagree: {}; it decides which data ranks exchange, so set the same value (or none) \
+                     on every rank",
+                    said(&groups)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Ranks that share a host must pick the same data plane: a rank set to
 /// `tcp` never creates the shared memory that a rank set to `auto` on its
@@ -513,30 +563,30 @@ type Choice<'a> = (&'a str, Vec<Rank>);
 /// with another setting still reaches the others over TCP). Fails naming
 /// the host and the ranks of each setting.
 fn check_transports(peers: &[PeerInfo]) -> Result<()> {
-    // By host, in order of each host's lowest rank: its settings.
-    let mut hosts: Vec<(&PeerInfo, Vec<Choice<'_>>)> = Vec::new();
+    // By host, in order of each host's lowest rank: its ranks' settings.
+    let mut hosts: Vec<(&PeerInfo, Vec<(String, Rank)>)> = Vec::new();
     let mut index: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
     for p in peers {
         let i = *index.entry((p.host.as_str(), p.boot_id.as_str())).or_insert_with(|| {
             hosts.push((p, Vec::new()));
             hosts.len() - 1
         });
-        let groups = &mut hosts[i].1;
-        match groups.iter_mut().find(|(t, _)| *t == p.transport) {
-            Some((_, ranks)) => ranks.push(p.rank),
-            None => groups.push((&p.transport, vec![p.rank])),
+        hosts[i].1.push((p.transport.clone(), p.rank));
+    }
+    for (host, settings) in hosts {
+        let groups = choices(settings);
+        if groups.len() > 1 {
+            return Err(Error::invalid(
+                "RINGLEADER_TRANSPORT",
+                format!(
+                    "ranks on host {} disagree: {}; set the same value (or none) on every rank of a host",
+                    host.host,
+                    said(&groups)
+                ),
+            ));
         }
     }
-    let Some((first, groups)) = hosts.iter().find(|(_, groups)| groups.len() > 1) else { return Ok(()) };
-    let said = groups.iter().map(|(t, ranks)| format!("{t} on {}", rank_list(ranks))).collect::<Vec<_>>();
-    Err(Error::invalid(
-        "RINGLEADER_TRANSPORT",
-        format!(
-            "ranks on host {} disagree: {}; set the same value (or none) on every rank of a host",
-            first.host,
-            said.join(", ")
-        ),
-    ))
+    Ok(())
 }
 
 /// [`fmt_ranks`], showing the first eight ranks of a longer list and the
@@ -597,6 +647,8 @@ mod tests {
             master_addr: "node-a".into(),
             master_ips: vec!["10.0.0.1".into()],
             transport: "auto".into(),
+            algo: "auto".into(),
+            streams: 1,
         }
     }
 
@@ -652,6 +704,24 @@ mod tests {
         peers[12].transport = "tcp".into();
         peers[13].transport = "tcp".into();
         assert!(validate(&peers, 13).is_ok(), "hosts may differ from each other");
+    }
+
+    #[test]
+    fn algo_or_streams_disagreement_anywhere_names_the_ranks_of_each_value() {
+        // Ranks 0, 1 on h0 and 2, 3 on h1: unlike the transport, these must
+        // agree across hosts too.
+        let mut peers: Vec<PeerInfo> = (0..4).map(|r| on_host(r, 4, r / 2)).collect();
+        peers[3].algo = "rd".into();
+        let e = validate(&peers, 0).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let s = e.to_string();
+        assert!(s.contains("RINGLEADER_ALGO") && s.contains("auto on ranks 0, 1, 2, rd on rank 3"), "{s}");
+        peers[3].algo = "auto".into();
+        peers[0].streams = 4;
+        let s = validate(&peers, 2).unwrap_err().to_string();
+        assert!(s.contains("RINGLEADER_STREAMS") && s.contains("4 on rank 0, 1 on ranks 1, 2, 3"), "{s}");
+        peers[0].streams = 1;
+        assert!(validate(&peers, 2).is_ok());
     }
 
     #[test]

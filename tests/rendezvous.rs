@@ -168,6 +168,29 @@ fn different_transports_fail_at_rendezvous_naming_both() {
     }
 }
 
+#[test]
+fn different_algo_or_streams_fail_at_rendezvous_naming_the_ranks() {
+    // Without the check, differing streams wait 30 s for connections that
+    // never come and blame the data ports; a differing algorithm fails the
+    // first collective as a timeout that names nobody.
+    let cases = [
+        ("RINGLEADER_STREAMS", "2", "2 on rank 0, 1 on rank 1"),
+        ("RINGLEADER_ALGO", "rd", "rd on rank 0, auto on rank 1"),
+    ];
+    for (name, value, expected) in cases {
+        let spec = JobSpec::new(2, "join")
+            .env("RINGLEADER_INIT_TIMEOUT", "20")
+            .per_rank(move |r| if r == 0 { vec![(name.into(), value.into())] } else { vec![] })
+            .limit(40);
+        for o in &run(spec) {
+            let e = err_of(o);
+            assert_eq!(e.kind, "invalid-argument", "{name}: {}", e.message);
+            assert!(e.message.contains(name) && e.message.contains(expected), "{}", e.message);
+            assert!(e.elapsed_ms < 10_000, "rank {} failed only after {} ms: {}", o.rank, e.elapsed_ms, e.message);
+        }
+    }
+}
+
 fn ringleader_core_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }

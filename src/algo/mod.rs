@@ -50,20 +50,40 @@ pub(crate) enum Algo {
 }
 
 impl Algo {
+    /// The algorithm `forced` (a `RINGLEADER_ALGO` value) names; `None`
+    /// for automatic, including names it does not know (the environment's
+    /// value is checked when read; a [`Config`](ringleader_core::Config)
+    /// built in code is not).
+    pub(crate) fn forced(forced: Option<&str>) -> Option<Algo> {
+        match forced {
+            Some("ring" | "chain" | "large") => Some(Algo::Large),
+            Some("rd" | "tree" | "small") => Some(Algo::Small),
+            _ => None,
+        }
+    }
+
+    /// How rendezvous compares this setting between ranks: `ring`, `rd`
+    /// or `auto`.
+    pub(crate) fn setting_name(forced: Option<&str>) -> &'static str {
+        match Algo::forced(forced) {
+            Some(Algo::Large) => "ring",
+            Some(Algo::Small) => "rd",
+            None => "auto",
+        }
+    }
+
     /// The algorithm for a message of `bytes`, unless `forced` names one.
     pub(crate) fn pick(bytes: usize, forced: Option<&str>) -> Algo {
-        match forced {
-            Some("ring") | Some("chain") | Some("large") => Algo::Large,
-            Some("rd") | Some("tree") | Some("small") => Algo::Small,
-            _ if bytes <= SMALL_BYTES => Algo::Small,
-            _ => Algo::Large,
+        match Algo::forced(forced) {
+            Some(a) => a,
+            None if bytes <= SMALL_BYTES => Algo::Small,
+            None => Algo::Large,
         }
     }
 
     /// [`Algo::pick`] for a broadcast among `n` ranks.
     pub(crate) fn pick_broadcast(bytes: usize, n: usize, forced: Option<&str>) -> Algo {
-        let chosen = matches!(forced, Some("ring" | "chain" | "large" | "rd" | "tree" | "small"));
-        if !chosen && n == 2 && bytes <= PAIR_BROADCAST_BYTES {
+        if Algo::forced(forced).is_none() && n == 2 && bytes <= PAIR_BROADCAST_BYTES {
             return Algo::Small;
         }
         Algo::pick(bytes, forced)

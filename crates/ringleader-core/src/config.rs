@@ -125,9 +125,11 @@ pub struct Config {
     pub port_range: Option<(u16, u16)>,
     /// Shared secret (`RINGLEADER_TOKEN`).
     pub token: Option<String>,
-    /// TCP streams per peer (`RINGLEADER_STREAMS`, default 1).
+    /// TCP streams per peer (`RINGLEADER_STREAMS`, default 1). Every rank of a job must use the
+    /// same number: rendezvous checks.
     pub streams: usize,
-    /// Algorithm override (`RINGLEADER_ALGO`: `ring`, `rd` (recursive doubling), or unset for automatic).
+    /// Algorithm override (`RINGLEADER_ALGO`: `ring`, `rd` (recursive doubling), or unset for
+    /// automatic). Every rank of a job must use the same one: rendezvous checks.
     pub algo: Option<String>,
     /// Shared-memory frames from this many bytes on are copied once, straight
     /// from the sender's memory, where the kernel allows it
@@ -254,7 +256,11 @@ impl Config {
             }
             self.streams = s;
         }
-        self.algo = env.get("RINGLEADER_ALGO").filter(|s| !s.is_empty());
+        if let Some(a) = env.get("RINGLEADER_ALGO") {
+            self.algo = parse_algo(&a).ok_or_else(|| {
+                Error::invalid("RINGLEADER_ALGO", format!("{a:?} is not one of auto, ring (or chain), rd (or tree)"))
+            })?;
+        }
         for (name, slot) in
             [("RINGLEADER_SHM_SINGLE_COPY", &mut self.shm_single_copy), ("RINGLEADER_TCP_SPLICE", &mut self.tcp_splice)]
         {
@@ -287,6 +293,27 @@ impl Config {
     /// The store's `host:port`: `store_addr` when set, else `master_addr:master_port`.
     pub fn store_endpoint(&self) -> String {
         self.store_addr.clone().unwrap_or_else(|| join_host_port(&self.master_addr, self.master_port))
+    }
+}
+
+/// The algorithm a `RINGLEADER_ALGO` value forces, by its canonical name:
+/// `Some(None)` for automatic (`auto` or empty), `Some(Some("ring"))` for
+/// `ring` / `chain` / `large`, `Some(Some("rd"))` for `rd` / `tree` /
+/// `small`, and `None` for anything else, so a typo fails instead of
+/// silently meaning automatic.
+///
+/// ```
+/// use ringleader_core::config::parse_algo;
+/// assert_eq!(parse_algo("chain"), Some(Some("ring".to_string())));
+/// assert_eq!(parse_algo("auto"), Some(None));
+/// assert_eq!(parse_algo("rign"), None);
+/// ```
+pub fn parse_algo(v: &str) -> Option<Option<String>> {
+    match v.trim() {
+        "" | "auto" => Some(None),
+        "ring" | "chain" | "large" => Some(Some("ring".into())),
+        "rd" | "tree" | "small" => Some(Some("rd".into())),
+        _ => None,
     }
 }
 
@@ -618,6 +645,23 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
             assert!(err.to_string().contains(name), "{err}");
         }
+    }
+
+    #[test]
+    fn algo_takes_a_known_name_and_refuses_typos() {
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
+        let with = |v| {
+            let mut pairs = base.to_vec();
+            pairs.push(("RINGLEADER_ALGO", v));
+            Config::discover(&Explicit::default(), env(&pairs))
+        };
+        assert_eq!(with("chain").unwrap().algo.as_deref(), Some("ring"));
+        assert_eq!(with("tree").unwrap().algo.as_deref(), Some("rd"));
+        assert_eq!(with("auto").unwrap().algo, None);
+        assert_eq!(with("").unwrap().algo, None);
+        let err = with("rign").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains("RINGLEADER_ALGO") && err.to_string().contains("\"rign\""), "{err}");
     }
 
     #[test]

@@ -206,6 +206,7 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
     let (op, what) = label(&facts, seq);
     let details: Vec<String> = facts.iter().map(|f| f.position(&facts)).collect();
     let mut d = mismatch(&facts, seq, &what)
+        .or_else(|| observed(&facts))
         .or_else(|| died(&facts, seq, &what))
         .or_else(|| left(&facts, seq, &what))
         .or_else(|| stalled(&facts, seq, &what, ev.stale_after_ms))
@@ -346,6 +347,24 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         ),
         vec![hint],
     ))
+}
+
+/// A rank found a fault in the data itself that no record explains: a
+/// peer's frame that follows another schedule, or bytes it cannot read.
+/// Its own words beat a timeout that names nobody.
+fn observed(facts: &[Facts<'_>]) -> Option<Diagnosis> {
+    let (rank, o) = facts.iter().find_map(|f| {
+        let o = f.observation()?;
+        matches!(o.kind, ErrorKind::Mismatch | ErrorKind::VersionMismatch).then_some((f.rank, o))
+    })?;
+    let mut d = diagnosis(
+        o.kind,
+        Vec::new(),
+        format!("rank {rank} received data it did not expect: {}", o.message),
+        vec!["every rank must run the same ringleader build with the same RINGLEADER_* settings: compare the environment and `ringleader --version` of the ranks named".into()],
+    );
+    d.seq = o.seq;
+    Some(d)
 }
 
 fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {

@@ -234,6 +234,31 @@ fn everyone_inside_is_a_plain_timeout() {
 }
 
 #[test]
+fn a_frame_from_another_schedule_is_a_mismatch_not_a_timeout() {
+    // Both ranks are inside the same call with the same arguments, but one
+    // received a frame its schedule did not expect.
+    let err = Error::ScheduleMismatch {
+        peer: 1,
+        op: OpKind::AllReduce,
+        seq: 3,
+        detail: "frame of 4096 bytes where 512 were due".into(),
+    };
+    let running = |r: Rank| beat(2, Some((3, ar(1024))), vec![1 - r]);
+    let e = ev(
+        2,
+        vec![peer(0, Liveness::Alive, Some(300), running(0)), peer(1, Liveness::Alive, Some(300), running(1))],
+        vec![snap(0, running(0), &[(3, ar(1024))], Some(err)), snap(1, running(1), &[(3, ar(1024))], None)],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.seq), (ErrorKind::Mismatch, Some(3)));
+    assert!(
+        d.headline.contains("rank 0 received") && d.headline.contains("rank 1 follows another schedule"),
+        "{}",
+        d.headline
+    );
+}
+
+#[test]
 fn diverged_sequences_from_a_frame() {
     let err = Error::FrameMismatch { peer: 1, seq: 3, ours: ar(4), their_seq: 4, theirs: ar(4) };
     let e = ev(2, vec![], vec![snap(0, beat(2, Some((3, ar(4))), vec![1]), &[(3, ar(4))], Some(err))]);
