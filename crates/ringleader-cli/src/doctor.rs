@@ -6,7 +6,8 @@
 //! that it can listen on the data ports where the ranks would, and the kernel
 //! log and memory cgroup for recent OOM kills. Across nodes, the doctors meet
 //! at a temporary store that node 0's doctor hosts on the store port (so
-//! reaching it is itself the store-port check), compare versions and how each
+//! reaching it is itself the store-port check), compare versions, the settings that
+//! decide schedules (RINGLEADER_ALGO, RINGLEADER_STREAMS) and how each
 //! resolves MASTER_ADDR, and every doctor connects to every doctor's data
 //! ports ([`exchange`]). Each prints one table that says what to fix
 //! ([`report`]) and exits 1 when a check failed. With one node, the same runs
@@ -27,7 +28,7 @@ use crate::launch::{parse_secs, random_run_id, this_host, JobArgs};
 use clap::Args;
 use exchange::NodeReport;
 use report::{Check, Report};
-use ringleader_core::config::{join_host_port, parse_port_range};
+use ringleader_core::config::{join_host_port, parse_algo, parse_port_range, parse_streams};
 use ringleader_core::{Error, ErrorKind, VERSION};
 use ringleader_store::{ClientOptions, StoreClient};
 use std::time::{Duration, Instant};
@@ -77,6 +78,9 @@ struct Settings {
     port_range: Option<(u16, u16)>,
     token: Option<String>,
     version: String,
+    /// RINGLEADER_ALGO as ranks would compare it: `auto`, `ring` or `rd`.
+    algo: String,
+    streams: usize,
 }
 
 impl Settings {
@@ -87,6 +91,12 @@ impl Settings {
             port_range: get("RINGLEADER_PORT_RANGE").map(|r| parse_port_range(&r)).transpose()?,
             token: get("RINGLEADER_TOKEN"),
             version: get("RINGLEADER_TEST_ADVERTISE_VERSION").unwrap_or_else(|| VERSION.to_string()),
+            algo: get("RINGLEADER_ALGO")
+                .map(|a| parse_algo(&a))
+                .transpose()?
+                .flatten()
+                .unwrap_or_else(|| "auto".into()),
+            streams: get("RINGLEADER_STREAMS").map(|v| parse_streams(&v)).transpose()?.unwrap_or(1),
         })
     }
 }
@@ -129,6 +139,8 @@ fn diagnose(args: &DoctorArgs) -> Result<Report> {
             .as_ref()
             .and_then(|l| l.local_addr().ok())
             .map(|a| join_host_port(&plan.master_addr, a.port())),
+        algo: s.algo.clone(),
+        streams: s.streams,
     };
     if plan.node_rank == 0 && server.is_none() {
         report.push(Check::skip("cross-node checks", "node 0 cannot host the doctors' store: see `store port free`"));
@@ -152,6 +164,7 @@ fn diagnose(args: &DoctorArgs) -> Result<Report> {
             report.push(exchange::check_joined(plan.nnodes, &g, args.timeout, &store_addr));
             report.push(exchange::check_resolution_alike(&g));
             report.push(exchange::check_versions(&g));
+            report.push(exchange::check_settings(&g));
             report.push(exchange::check_data_ports(&g, s.port_range));
             report.checks.extend(exchange::check_master_port(&g));
             if server.is_some() {

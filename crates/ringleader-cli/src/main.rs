@@ -8,7 +8,8 @@
 //!   ended (exit code, signal, OOM kill) before tearing the others down.
 //! - [`doctor`]: the preflight for a launch, run on every node: name
 //!   resolution, store and data ports reachable between the nodes, ports
-//!   free, versions equal, recent OOM kills; a table that says what to fix.
+//!   free, versions and schedule settings equal, recent OOM kills; a table
+//!   that says what to fix.
 //! - [`store`]: a standalone store server.
 //! - [`status`]: a live view of a running job, read from its store.
 //! - [`analyze`]: the verdict on a failed job, from its ranks' dumps.
@@ -45,7 +46,7 @@ enum Command {
     Launch(launch::LaunchArgs),
     /// Check, on every node before a job, what would make it fail or hang:
     /// name resolution, store and data ports reachable between the nodes,
-    /// ports free, versions equal, recent OOM kills.
+    /// ports free, versions and schedule settings equal, recent OOM kills.
     Doctor(doctor::DoctorArgs),
     /// Run a standalone ringleader store server until SIGINT or SIGTERM.
     Store(store::StoreArgs),

@@ -321,9 +321,14 @@ fn printed_commands_run_a_two_node_job_and_doctor_passes() {
     let doctors = finish_all((0..2).map(|i| c.doctor(i, "10.77.0.1", &[])).collect());
     for (i, d) in doctors.iter().enumerate() {
         assert_eq!(d.code, Some(0), "{}{}", d.stdout, d.stderr);
-        for row in
-            ["store reachable", "all doctors joined", "MASTER_ADDR alike", "versions equal", "data ports reachable"]
-        {
+        for row in [
+            "store reachable",
+            "all doctors joined",
+            "MASTER_ADDR alike",
+            "versions equal",
+            "settings alike",
+            "data ports reachable",
+        ] {
             assert!(
                 d.stdout.lines().any(|l| l.starts_with(&format!("  ok    {row}"))),
                 "node {i}: {row}\n{}",
@@ -520,11 +525,15 @@ fn a_node_with_another_version_is_version_mismatch() {
         assert!(m.contains(&format!("rank 2 ({}) runs 9.9.9", c.host(1))), "{m}");
         assert!(m.contains(&format!("rank 0 ({}) runs {ours}", c.host(0))), "{m}");
     }
-    let doctors = finish_all(vec![c.doctor(0, "10.77.0.1", &[]), c.doctor(1, "10.77.0.1", &odd[1..])]);
+    // Node 1's doctor also sees another RINGLEADER_STREAMS, which its ranks would refuse at init.
+    let odd_doctor = [odd[1], ("RINGLEADER_STREAMS", "2")];
+    let doctors = finish_all(vec![c.doctor(0, "10.77.0.1", &[]), c.doctor(1, "10.77.0.1", &odd_doctor)]);
     for d in &doctors {
         assert_eq!(d.code, Some(1), "{}", d.stdout);
         let row = d.stdout.lines().find(|l| l.starts_with("  FAIL  versions equal")).unwrap_or_default();
         assert!(row.contains(&format!("node 1 ({}) runs 9.9.9", c.host(1))), "{}", d.stdout);
+        let row = d.stdout.lines().find(|l| l.starts_with("  FAIL  settings alike")).unwrap_or_default();
+        assert!(row.contains(&format!("RINGLEADER_STREAMS: 1 on node 0 ({}); 2 on node 1", c.host(0))), "{}", d.stdout);
     }
 }
 

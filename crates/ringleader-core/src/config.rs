@@ -250,16 +250,11 @@ impl Config {
             self.port_range = Some(parse_port_range(&r)?);
         }
         self.token = env.get("RINGLEADER_TOKEN").filter(|s| !s.is_empty());
-        if let Some(s) = env.parse::<usize>("RINGLEADER_STREAMS")? {
-            if s == 0 || s > 16 {
-                return Err(Error::invalid("RINGLEADER_STREAMS", format!("{s} is not between 1 and 16")));
-            }
-            self.streams = s;
+        if let Some(s) = env.get("RINGLEADER_STREAMS") {
+            self.streams = parse_streams(&s)?;
         }
         if let Some(a) = env.get("RINGLEADER_ALGO") {
-            self.algo = parse_algo(&a).ok_or_else(|| {
-                Error::invalid("RINGLEADER_ALGO", format!("{a:?} is not one of auto, ring (or chain), rd (or tree)"))
-            })?;
+            self.algo = parse_algo(&a)?;
         }
         for (name, slot) in
             [("RINGLEADER_SHM_SINGLE_COPY", &mut self.shm_single_copy), ("RINGLEADER_TCP_SPLICE", &mut self.tcp_splice)]
@@ -296,24 +291,38 @@ impl Config {
     }
 }
 
+/// A `RINGLEADER_STREAMS` value: TCP connections per pair of ranks, 1 to 16.
+///
+/// ```
+/// use ringleader_core::config::parse_streams;
+/// assert_eq!(parse_streams("4").unwrap(), 4);
+/// assert!(parse_streams("0").is_err() && parse_streams("two").is_err());
+/// ```
+pub fn parse_streams(v: &str) -> Result<usize> {
+    match v.trim().parse::<usize>() {
+        Ok(s) if (1..=16).contains(&s) => Ok(s),
+        Ok(s) => Err(Error::invalid("RINGLEADER_STREAMS", format!("{s} is not between 1 and 16"))),
+        Err(_) => Err(Error::invalid("RINGLEADER_STREAMS", format!("{v:?} is not a valid number"))),
+    }
+}
+
 /// The algorithm a `RINGLEADER_ALGO` value forces, by its canonical name:
-/// `Some(None)` for automatic (`auto` or empty), `Some(Some("ring"))` for
-/// `ring` / `chain` / `large`, `Some(Some("rd"))` for `rd` / `tree` /
-/// `small`, and `None` for anything else, so a typo fails instead of
-/// silently meaning automatic.
+/// `None` for automatic (`auto` or empty), `ring` for `ring` / `chain` /
+/// `large`, `rd` for `rd` / `tree` / `small`. Anything else is an error, so
+/// a typo fails instead of silently meaning automatic.
 ///
 /// ```
 /// use ringleader_core::config::parse_algo;
-/// assert_eq!(parse_algo("chain"), Some(Some("ring".to_string())));
-/// assert_eq!(parse_algo("auto"), Some(None));
-/// assert_eq!(parse_algo("rign"), None);
+/// assert_eq!(parse_algo("chain").unwrap().as_deref(), Some("ring"));
+/// assert_eq!(parse_algo("auto").unwrap(), None);
+/// assert!(parse_algo("rign").is_err());
 /// ```
-pub fn parse_algo(v: &str) -> Option<Option<String>> {
+pub fn parse_algo(v: &str) -> Result<Option<String>> {
     match v.trim() {
-        "" | "auto" => Some(None),
-        "ring" | "chain" | "large" => Some(Some("ring".into())),
-        "rd" | "tree" | "small" => Some(Some("rd".into())),
-        _ => None,
+        "" | "auto" => Ok(None),
+        "ring" | "chain" | "large" => Ok(Some("ring".into())),
+        "rd" | "tree" | "small" => Ok(Some("rd".into())),
+        _ => Err(Error::invalid("RINGLEADER_ALGO", format!("{v:?} is not one of auto, ring (or chain), rd (or tree)"))),
     }
 }
 

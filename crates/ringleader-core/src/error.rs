@@ -453,7 +453,7 @@ pub enum Error {
     },
 
     /// Same call on both sides, but the ranks computed different schedules.
-    #[error("[mismatch] in {op} #{seq} rank {peer} follows another schedule: {detail}; check that RINGLEADER_ALGO and RINGLEADER_STREAMS are the same on every rank")]
+    #[error("[mismatch] in {op} #{seq} rank {peer} follows another schedule: {detail}; the settings that decide schedules (RINGLEADER_ALGO, RINGLEADER_STREAMS) were checked equal at init, so run the same ringleader build on every rank")]
     ScheduleMismatch {
         /// The peer.
         peer: Rank,

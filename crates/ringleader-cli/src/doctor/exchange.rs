@@ -36,6 +36,12 @@ pub(crate) struct NodeReport {
     pub(crate) data: Vec<String>,
     /// Node 0 only: a listener on MASTER_PORT (torch's TCPStore port), if free.
     pub(crate) master_port: Option<String>,
+    /// RINGLEADER_ALGO there: `auto`, `ring` or `rd`.
+    #[serde(default)]
+    pub(crate) algo: String,
+    /// RINGLEADER_STREAMS there.
+    #[serde(default)]
+    pub(crate) streams: usize,
 }
 
 impl NodeReport {
@@ -240,6 +246,37 @@ pub(crate) fn check_versions(g: &Gathered) -> Check {
     )
 }
 
+/// Do all nodes set RINGLEADER_ALGO and RINGLEADER_STREAMS alike? Ranks
+/// refuse to start otherwise, since these decide which data they exchange.
+pub(crate) fn check_settings(g: &Gathered) -> Check {
+    let mut differ = Vec::new();
+    let mut algo: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut streams: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in g.nodes.values() {
+        algo.entry(n.algo.clone()).or_default().push(n.name());
+        streams.entry(n.streams.to_string()).or_default().push(n.name());
+    }
+    for (name, groups) in [("RINGLEADER_ALGO", algo), ("RINGLEADER_STREAMS", streams)] {
+        if groups.len() > 1 {
+            let parts: Vec<String> = groups.iter().map(|(v, nodes)| format!("{v} on {}", nodes.join(", "))).collect();
+            differ.push(format!("{name}: {}", parts.join("; ")));
+        }
+    }
+    if differ.is_empty() {
+        let first = g.nodes.values().next();
+        let (algo, streams) = first.map_or(("auto".into(), 1), |n| (n.algo.clone(), n.streams));
+        return Check::ok(
+            "settings alike",
+            format!("RINGLEADER_ALGO {algo}, RINGLEADER_STREAMS {streams} on every node"),
+        );
+    }
+    Check::fail(
+        "settings alike",
+        differ.join(" / "),
+        "set the same RINGLEADER_ALGO and RINGLEADER_STREAMS (or none) on every node: ranks check them at init and refuse to start",
+    )
+}
+
 /// Did every doctor reach every node's data ports? `range` is
 /// RINGLEADER_PORT_RANGE, for the advice.
 pub(crate) fn check_data_ports(g: &Gathered, range: Option<(u16, u16)>) -> Check {
@@ -325,6 +362,8 @@ mod tests {
             master_ips: ips.iter().map(|s| s.to_string()).collect(),
             data: vec![format!("10.0.0.{n}:41000"), format!("10.0.0.{n}:41009")],
             master_port: (n == 0).then(|| "10.0.0.0:29500".to_string()),
+            algo: "auto".into(),
+            streams: 1,
         }
     }
 
@@ -358,6 +397,20 @@ mod tests {
         let c = check_versions(&g);
         assert_eq!(c.status, Status::Fail);
         assert!(c.detail.contains("node 1 (h1) runs 9.9.9") && c.detail.contains("node 0 (h0) runs 0.1.0"), "{c:?}");
+    }
+
+    #[test]
+    fn settings_that_differ_between_nodes_are_named_with_the_nodes() {
+        let mut g = gathered(vec![node(0, "v", &[]), node(1, "v", &[]), node(2, "v", &[])]);
+        let c = check_settings(&g);
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.detail.contains("RINGLEADER_ALGO auto, RINGLEADER_STREAMS 1"), "{c:?}");
+        g.nodes.get_mut(&2).unwrap().algo = "rd".into();
+        g.nodes.get_mut(&0).unwrap().streams = 4;
+        let c = check_settings(&g);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.detail.contains("RINGLEADER_ALGO: auto on node 0 (h0), node 1 (h1); rd on node 2 (h2)"), "{c:?}");
+        assert!(c.detail.contains("RINGLEADER_STREAMS: 1 on node 1 (h1), node 2 (h2); 4 on node 0 (h0)"), "{c:?}");
     }
 
     #[test]
