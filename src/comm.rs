@@ -144,6 +144,10 @@ impl Communicator {
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
             return Err(Error::invalid("rank", format!("rank {} of a world of {}", cfg.rank, cfg.world_size)));
         }
+        // A Config built in code has not been through the environment's checks.
+        if let Some(a) = &cfg.algo {
+            ringleader_core::config::parse_algo(a)?;
+        }
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         // One more link per pair than the collectives use: the last is the
         // lane for sends and receives.

@@ -191,6 +191,16 @@ fn different_algo_or_streams_fail_at_rendezvous_naming_the_ranks() {
     }
 }
 
+#[test]
+fn an_unknown_algorithm_in_a_config_built_in_code_fails_at_init() {
+    // The environment's value is checked when read; one set in code, here.
+    let mut cfg = ringleader::Config::new(0, 1, "127.0.0.1", free_port());
+    cfg.algo = Some("rign".into());
+    let e = Communicator::init(cfg).unwrap_err();
+    assert_eq!(e.kind(), ringleader::ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("RINGLEADER_ALGO") && e.to_string().contains("\"rign\""), "{e}");
+}
+
 fn ringleader_core_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }

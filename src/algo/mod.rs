@@ -20,6 +20,7 @@ pub(crate) mod tree;
 #[cfg(test)]
 pub(crate) mod sim;
 
+use ringleader_core::config::parse_algo;
 use ringleader_core::{Rank, ReduceOp};
 use ringleader_transport::{Chan, Plan, Region};
 
@@ -50,14 +51,12 @@ pub(crate) enum Algo {
 }
 
 impl Algo {
-    /// The algorithm `forced` (a `RINGLEADER_ALGO` value) names; `None`
-    /// for automatic, including names it does not know (the environment's
-    /// value is checked when read; a [`Config`](ringleader_core::Config)
-    /// built in code is not).
+    /// The algorithm `forced` (a `RINGLEADER_ALGO` value, checked at init)
+    /// names; `None` for automatic.
     pub(crate) fn forced(forced: Option<&str>) -> Option<Algo> {
-        match forced {
-            Some("ring" | "chain" | "large") => Some(Algo::Large),
-            Some("rd" | "tree" | "small") => Some(Algo::Small),
+        match parse_algo(forced?) {
+            Ok(Some("ring")) => Some(Algo::Large),
+            Ok(Some("rd")) => Some(Algo::Small),
             _ => None,
         }
     }

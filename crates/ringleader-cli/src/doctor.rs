@@ -91,11 +91,7 @@ impl Settings {
             port_range: get("RINGLEADER_PORT_RANGE").map(|r| parse_port_range(&r)).transpose()?,
             token: get("RINGLEADER_TOKEN"),
             version: get("RINGLEADER_TEST_ADVERTISE_VERSION").unwrap_or_else(|| VERSION.to_string()),
-            algo: get("RINGLEADER_ALGO")
-                .map(|a| parse_algo(&a))
-                .transpose()?
-                .flatten()
-                .unwrap_or_else(|| "auto".into()),
+            algo: get("RINGLEADER_ALGO").map(|a| parse_algo(&a)).transpose()?.flatten().unwrap_or("auto").into(),
             streams: get("RINGLEADER_STREAMS").map(|v| parse_streams(&v)).transpose()?.unwrap_or(1),
         })
     }

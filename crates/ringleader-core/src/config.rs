@@ -254,7 +254,7 @@ impl Config {
             self.streams = parse_streams(&s)?;
         }
         if let Some(a) = env.get("RINGLEADER_ALGO") {
-            self.algo = parse_algo(&a)?;
+            self.algo = parse_algo(&a)?.map(String::from);
         }
         for (name, slot) in
             [("RINGLEADER_SHM_SINGLE_COPY", &mut self.shm_single_copy), ("RINGLEADER_TCP_SPLICE", &mut self.tcp_splice)]
@@ -313,15 +313,15 @@ pub fn parse_streams(v: &str) -> Result<usize> {
 ///
 /// ```
 /// use ringleader_core::config::parse_algo;
-/// assert_eq!(parse_algo("chain").unwrap().as_deref(), Some("ring"));
+/// assert_eq!(parse_algo("chain").unwrap(), Some("ring"));
 /// assert_eq!(parse_algo("auto").unwrap(), None);
 /// assert!(parse_algo("rign").is_err());
 /// ```
-pub fn parse_algo(v: &str) -> Result<Option<String>> {
+pub fn parse_algo(v: &str) -> Result<Option<&'static str>> {
     match v.trim() {
         "" | "auto" => Ok(None),
-        "ring" | "chain" | "large" => Ok(Some("ring".into())),
-        "rd" | "tree" | "small" => Ok(Some("rd".into())),
+        "ring" | "chain" | "large" => Ok(Some("ring")),
+        "rd" | "tree" | "small" => Ok(Some("rd")),
         _ => Err(Error::invalid("RINGLEADER_ALGO", format!("{v:?} is not one of auto, ring (or chain), rd (or tree)"))),
     }
 }

@@ -205,10 +205,12 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
     let seq = stuck_seq(&facts);
     let (op, what) = label(&facts, seq);
     let details: Vec<String> = facts.iter().map(|f| f.position(&facts)).collect();
+    // A rank that died or left can garble what its peers received, so it
+    // explains a rank's own observation before the observation stands alone.
     let mut d = mismatch(&facts, seq, &what)
-        .or_else(|| observed(&facts))
         .or_else(|| died(&facts, seq, &what))
         .or_else(|| left(&facts, seq, &what))
+        .or_else(|| observed(&facts))
         .or_else(|| stalled(&facts, seq, &what, ev.stale_after_ms))
         .or_else(|| absent(&facts, seq, &what, ev.stale_after_ms))
         .unwrap_or_else(|| timeout(&facts, &what));

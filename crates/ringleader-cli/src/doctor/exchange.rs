@@ -225,14 +225,20 @@ pub(crate) fn check_resolution_alike(g: &Gathered) -> Check {
     )
 }
 
+/// The nodes' names grouped by `value` of their reports.
+fn by_value(g: &Gathered, value: impl Fn(&NodeReport) -> String) -> BTreeMap<String, Vec<String>> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in g.nodes.values() {
+        groups.entry(value(n)).or_default().push(n.name());
+    }
+    groups
+}
+
 /// Do all nodes run the same version?
 pub(crate) fn check_versions(g: &Gathered) -> Check {
-    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for n in g.nodes.values() {
-        groups.entry(n.version.as_str()).or_default().push(n.name());
-    }
+    let groups = by_value(g, |n| n.version.clone());
     if groups.len() <= 1 {
-        let v = groups.keys().next().copied().unwrap_or_default();
+        let v = groups.keys().next().cloned().unwrap_or_default();
         return Check::ok("versions equal", format!("ringleader {v} on every node"));
     }
     let parts: Vec<String> = groups
@@ -250,12 +256,8 @@ pub(crate) fn check_versions(g: &Gathered) -> Check {
 /// refuse to start otherwise, since these decide which data they exchange.
 pub(crate) fn check_settings(g: &Gathered) -> Check {
     let mut differ = Vec::new();
-    let mut algo: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut streams: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for n in g.nodes.values() {
-        algo.entry(n.algo.clone()).or_default().push(n.name());
-        streams.entry(n.streams.to_string()).or_default().push(n.name());
-    }
+    let algo = by_value(g, |n| n.algo.clone());
+    let streams = by_value(g, |n| n.streams.to_string());
     for (name, groups) in [("RINGLEADER_ALGO", algo), ("RINGLEADER_STREAMS", streams)] {
         if groups.len() > 1 {
             let parts: Vec<String> = groups.iter().map(|(v, nodes)| format!("{v} on {}", nodes.join(", "))).collect();
