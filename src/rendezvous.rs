@@ -18,6 +18,7 @@
 //! the error comes within the init timeout.
 
 use crate::log;
+use ringleader_core::config::parse_algo;
 use ringleader_core::error::{fmt_ranks, Unreachable};
 use ringleader_core::{Config, Error, ErrorKind, Member, Rank, Result};
 use ringleader_store::{keys, ClientOptions, ServerOptions, StoreClient, StoreServer};
@@ -157,7 +158,8 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
         master_addr: cfg.master_addr.clone(),
         master_ips: resolve_ips(&cfg.master_addr),
         transport: cfg.transport.name().to_string(),
-        algo: crate::algo::Algo::setting_name(cfg.algo.as_deref()).to_string(),
+        // Init has checked the name; `parse_algo` gives its canonical form.
+        algo: cfg.algo.as_deref().and_then(|a| parse_algo(a).ok().flatten()).unwrap_or("auto").into(),
         streams: cfg.streams,
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;

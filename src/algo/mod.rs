@@ -61,16 +61,6 @@ impl Algo {
         }
     }
 
-    /// How rendezvous compares this setting between ranks: `ring`, `rd`
-    /// or `auto`.
-    pub(crate) fn setting_name(forced: Option<&str>) -> &'static str {
-        match Algo::forced(forced) {
-            Some(Algo::Large) => "ring",
-            Some(Algo::Small) => "rd",
-            None => "auto",
-        }
-    }
-
     /// The algorithm for a message of `bytes`, unless `forced` names one.
     pub(crate) fn pick(bytes: usize, forced: Option<&str>) -> Algo {
         match Algo::forced(forced) {
