@@ -21,6 +21,7 @@ in place (as ringleader and gloo run them), the others out of place.
 Examples:
     scripts/bench_compare.py --nproc 2 4 --ops all_reduce all_gather broadcast -e 64M --repeats 5
     scripts/bench_compare.py --libs rl-shm ompi-sm --nproc 2 -e 1M
+    scripts/bench_compare.py --nproc 2 4 --sizes 8 1M 64M --repeats 7   # the issue's target points
 """
 
 import argparse
@@ -51,7 +52,7 @@ def mpi_worker(args):
         comm.Allreduce(np.array([v]), out, op=MPI.MAX)
         return float(out[0])
 
-    for nbytes in base.size_steps(args.minbytes, args.maxbytes, args.stepfactor):
+    for nbytes in base.sizes_of(args):
         shape = base.shape_of(op, nbytes, world)
         if shape is None:
             continue
@@ -145,9 +146,7 @@ def main():
     ap.add_argument("--ops", nargs="+", choices=base.OPS, default=["all_reduce", "all_gather", "broadcast"])
     ap.add_argument("--op", choices=base.OPS, help=argparse.SUPPRESS)
     ap.add_argument("--nproc", nargs="+", type=int, default=[2, 4])
-    ap.add_argument("-b", "--minbytes", type=base.parse_size, default=base.parse_size("8"))
-    ap.add_argument("-e", "--maxbytes", type=base.parse_size, default=base.parse_size("64M"))
-    ap.add_argument("-f", "--stepfactor", type=int, default=8)
+    base.add_size_args(ap, stepfactor=8)
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--root", type=int, default=0)
@@ -157,6 +156,7 @@ def main():
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    base.settle_sizes(ap, args)
     args.transport = "auto"
     if args.mpi_worker:
         mpi_worker(args)

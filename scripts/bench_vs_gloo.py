@@ -81,6 +81,40 @@ def size_steps(lo, hi, factor):
     return out
 
 
+def add_size_args(ap, stepfactor):
+    """-b/-e/-f (nccl-tests' sweep) and --sizes (a list instead)."""
+    ap.add_argument("-b", "--minbytes", type=parse_size, default=None, help="smallest size [default: 8]")
+    ap.add_argument("-e", "--maxbytes", type=parse_size, default=None, help="largest size [default: 64M]")
+    ap.add_argument("-f", "--stepfactor", type=int, default=None,
+                    help=f"each size is this many times the one before [default: {stepfactor}]")
+    ap.add_argument("--sizes", nargs="+", default=None, metavar="SIZE",
+                    help="these sizes instead of -b/-e/-f (8 1M 64M, or 8,1M,64M)")
+    ap.set_defaults(default_stepfactor=stepfactor)
+
+
+def settle_sizes(ap, args):
+    """Fills in -b/-e/-f defaults, parses --sizes into args.sizes (sorted, each
+    once), and refuses the two ways together."""
+    sweep = (args.minbytes, args.maxbytes, args.stepfactor)
+    if args.sizes is not None:
+        if any(v is not None for v in sweep):
+            ap.error("--sizes replaces -b/-e/-f; give one or the other")
+        try:
+            args.sizes = sorted({parse_size(x) for item in args.sizes for x in item.split(",") if x})
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"--sizes: {e}")
+        if not args.sizes:
+            ap.error("--sizes: no size given")
+    args.minbytes = parse_size("8") if args.minbytes is None else args.minbytes
+    args.maxbytes = parse_size("64M") if args.maxbytes is None else args.maxbytes
+    args.stepfactor = args.default_stepfactor if args.stepfactor is None else args.stepfactor
+
+
+def sizes_of(args):
+    """The sizes this run measures, smallest first."""
+    return args.sizes if args.sizes else size_steps(args.minbytes, args.maxbytes, args.stepfactor)
+
+
 def shape_of(op, nbytes, n):
     """(in_len, out_len, count, bytes) as `ringleader perf` computes them, or None."""
     elems = nbytes // ELEM
@@ -133,7 +167,7 @@ def gloo_worker(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t[0])
 
-    for nbytes in size_steps(args.minbytes, args.maxbytes, args.stepfactor):
+    for nbytes in sizes_of(args):
         shape = shape_of(op, nbytes, world)
         if shape is None:
             continue
@@ -212,7 +246,10 @@ def kill_group(p):
 
 
 def size_args(args):
-    out = ["-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.stepfactor)]
+    if args.sizes:
+        out = ["--sizes", ",".join(map(str, args.sizes))]
+    else:
+        out = ["-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.stepfactor)]
     out += ["--warmup", str(args.warmup)]
     if args.iters:
         out += ["--iters", str(args.iters)]
@@ -373,9 +410,7 @@ def main():
     ap.add_argument("--ops", nargs="+", choices=OPS, default=DEFAULT_OPS)
     ap.add_argument("--op", choices=OPS, help=argparse.SUPPRESS)
     ap.add_argument("--nproc", nargs="+", type=int, default=[2])
-    ap.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
-    ap.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
-    ap.add_argument("-f", "--stepfactor", type=int, default=2)
+    add_size_args(ap, stepfactor=2)
     ap.add_argument("--iters", type=int, default=None,
                     help="timed calls per size [default: adaptive, about 0.3 s per size, 5 to 1000]")
     ap.add_argument("--warmup", type=int, default=3)
@@ -388,6 +423,7 @@ def main():
     ap.add_argument("--ringleader-only", action="store_true")
     ap.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    settle_sizes(ap, args)
 
     if args.gloo_worker:
         gloo_worker(args)

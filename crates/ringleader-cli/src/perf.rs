@@ -14,9 +14,9 @@
 //!   the ranks. Rank 0 prints nccl-tests' table ([`report`]) and appends
 //!   the JSON lines.
 //!
-//! Sizes parse as nccl-tests' (`-b 8 -e 64M -f 2`, [`sizes`]). The exit
-//! status is 0 when every result was right, 1 when a result was wrong or a
-//! rank failed, 2 for bad arguments.
+//! Sizes parse as nccl-tests' (`-b 8 -e 64M -f 2`, [`sizes`]), or come as a
+//! list (`--sizes 8,1M,64M`). The exit status is 0 when every result was
+//! right, 1 when a result was wrong or a rank failed, 2 for bad arguments.
 
 mod bench;
 mod check;
@@ -71,6 +71,12 @@ pub(crate) struct PerfArgs {
     /// Each size is this many times the one before.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_name = "F")]
     pub(crate) step_factor: u64,
+
+    /// These sizes instead of -b/-e/-f, comma-separated (`8,1M,64M`): the
+    /// points of a comparison that no single step factor reaches.
+    #[arg(long, value_delimiter = ',', value_parser = sizes::parse_size, value_name = "LIST",
+          conflicts_with_all = ["min_bytes", "max_bytes", "step_factor"])]
+    pub(crate) sizes: Vec<u64>,
 
     /// Element type: f32, f64, f16, bf16, i8, u8, i32, i64.
     #[arg(short = 'd', long, default_value = "f32", value_parser = parse_dtype, value_name = "TYPE")]
@@ -164,6 +170,18 @@ impl PerfArgs {
         Ok(())
     }
 
+    /// The sizes to measure, smallest first: `--sizes` if given (each once),
+    /// else `-b`/`-e`/`-f`.
+    fn size_list(&self) -> Vec<u64> {
+        if self.sizes.is_empty() {
+            return sizes::size_steps(self.min_bytes, self.max_bytes, self.step_factor);
+        }
+        let mut list = self.sizes.clone();
+        list.sort_unstable();
+        list.dedup();
+        list
+    }
+
     /// The benchmark the workers run.
     pub(crate) fn spec(&self) -> bench::Spec {
         bench::Spec {
@@ -171,7 +189,7 @@ impl PerfArgs {
             dtype: self.dtype,
             redop: self.redop,
             root: self.root,
-            sizes: sizes::size_steps(self.min_bytes, self.max_bytes, self.step_factor),
+            sizes: self.size_list(),
             iters: self.iters,
             warmup: self.warmup,
         }
@@ -237,12 +255,25 @@ mod tests {
         assert_eq!(a.spec().sizes, [1024, 4096, 16384, 65536, 262144, 1048576]);
         assert!(a.validate().is_ok());
         let d = parse(&[]).unwrap();
+        assert_eq!(d.spec().sizes.len(), 24, "8 B to 64 MiB by 2");
         assert_eq!((d.op, d.nproc, d.min_bytes, d.max_bytes), (OpKind::AllReduce, 2, 8, 64 << 20));
         assert_eq!((d.iters, d.warmup, d.transport.as_str(), d.device.as_str()), (None, 3, "auto", "cpu"));
         let g = parse(&["--device", "cuda"]).unwrap();
         assert_eq!(g.device, "cuda");
         assert_eq!(g.validate().is_ok(), cfg!(feature = "cuda"));
         assert!(parse(&["--device", "rocm"]).is_err());
+    }
+
+    #[test]
+    fn a_size_list_replaces_the_sweep() {
+        let a = parse(&["--sizes", "64M,8,1M,8"]).unwrap();
+        assert_eq!(a.spec().sizes, [8, 1 << 20, 64 << 20], "sorted, each once");
+        assert!(a.validate().is_ok());
+        assert!(parse(&["--sizes", "8,1X"]).unwrap_err().contains("1X"));
+        for sweep in [&["-b", "8"][..], &["-e", "1M"], &["-f", "4"]] {
+            let e = parse(&[&["--sizes", "8,1M"][..], sweep].concat()).unwrap_err();
+            assert!(e.contains("--sizes"), "{sweep:?}: {e}");
+        }
     }
 
     #[test]
