@@ -5,10 +5,11 @@
 //! x86-64 the sum and product loops are compiled twice, for the baseline
 //! (SSE2, 16 bytes per instruction) and for AVX2 (32), and the CPU picks at
 //! run time: a build for the baseline still runs AVX2 code where the CPU
-//! has it. Buffers
-//! arrive as bytes because transports move bytes; a misaligned buffer (which
-//! only raw C callers can produce) takes a slower unaligned path instead of
-//! failing.
+//! has it.
+//!
+//! Buffers arrive as bytes because transports move bytes; a misaligned
+//! buffer (which only raw C callers can produce) takes a slower unaligned
+//! path instead of failing.
 
 use crate::types::{DType, ReduceOp};
 use bytemuck::Pod;
