@@ -310,6 +310,8 @@ pub struct Driver {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idle {
     /// Poll for this long: for ranks that each have a core of their own.
+    /// Over shared memory only the first microseconds spin; then the
+    /// polls yield in between, in case the peer is waiting for our core.
     Spin(Duration),
     /// Poll for this long, yielding the core between polls: with more
     /// ranks than cores, the rank we wait for is likely the one waiting
@@ -322,6 +324,10 @@ impl Default for Idle {
         Idle::Spin(Duration::ZERO)
     }
 }
+
+/// How long an idle shared-memory wait spins before it yields between
+/// polls (see `Driver::drive`).
+const SPIN_ALONE: Duration = Duration::from_micros(2);
 
 /// The links a driver runs over: `links[peer][stream]`.
 pub type Links = [Vec<Link>];
@@ -478,6 +484,7 @@ impl Driver {
         streams: usize,
     ) -> Result<()> {
         let mut idle_since: Option<Instant> = None;
+        let shm_only = self.active.iter().all(|&ci| links[ci / streams][ci % streams].is_shm());
         loop {
             let mut progressed = false;
             let mut finished = true;
@@ -507,6 +514,18 @@ impl Driver {
             {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 match self.idle {
+                    // Over shared memory a peer answers within a few
+                    // microseconds if it runs at all. Past that, it may be
+                    // waiting for our core: the scheduler now and then puts
+                    // two ranks on one core for a while, and spinning there
+                    // made each step of an 8 B all_reduce cost the whole
+                    // spin (30-60 µs, against 5-7 µs yielding). With a core
+                    // each, the yield returns at once. (TCP answers take
+                    // longer than this, and the yields slowed them by 5-8%.)
+                    Idle::Spin(d) if shm_only && since.elapsed() >= SPIN_ALONE && since.elapsed() < d => {
+                        std::thread::yield_now();
+                        continue;
+                    }
                     Idle::Spin(d) if since.elapsed() < d => {
                         std::hint::spin_loop();
                         continue;
