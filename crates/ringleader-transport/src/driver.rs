@@ -512,7 +512,7 @@ impl Driver {
             // Poll a little (spinning, or yielding when cores are short)
             // before sleeping: a wake-up costs tens of microseconds.
             {
-                let since = *idle_since.get_or_insert_with(Instant::now);
+                let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
                 match self.idle {
                     // Over shared memory a peer answers within a few
                     // microseconds if it runs at all. Past that, it may be
@@ -522,15 +522,15 @@ impl Driver {
                     // spin (30-60 µs, against 5-7 µs yielding). With a core
                     // each, the yield returns at once. (TCP answers take
                     // longer than this, and the yields slowed them by 5-8%.)
-                    Idle::Spin(d) if shm_only && since.elapsed() >= SPIN_ALONE && since.elapsed() < d => {
+                    Idle::Spin(d) if shm_only && idle >= SPIN_ALONE && idle < d => {
                         std::thread::yield_now();
                         continue;
                     }
-                    Idle::Spin(d) if since.elapsed() < d => {
+                    Idle::Spin(d) if idle < d => {
                         std::hint::spin_loop();
                         continue;
                     }
-                    Idle::Yield(d) if since.elapsed() < d => {
+                    Idle::Yield(d) if idle < d => {
                         std::thread::yield_now();
                         continue;
                     }
