@@ -10,7 +10,7 @@ prints one table of MEDIAN times per size side by side:
 
 ratio = gloo time / ringleader time (above 1: ringleader is faster).
 
-Both sides measure alike (DESIGN.md section 4, nccl-tests' method): per size,
+Both sides measure alike (docs/DESIGN.md section 4, nccl-tests' method): per size,
 warm-up calls, a barrier, `iters` timed calls (adaptive: about 0.3 s per
 size, 5 to 1000, ranks agreeing through an all_reduce(max) of the estimate),
 this rank's mean per call, and the slowest rank's mean via all_reduce(MAX).

@@ -30,6 +30,18 @@ ensure_venv() {
     fi
 }
 
+# Installs ./ffi/python (which builds libringleader with cargo) into the venv,
+# replacing whatever an earlier checkout installed there. No build isolation:
+# the venv's setuptools builds the wheel, without the network once it is there
+# (venvs of Python >= 3.12 come without it).
+install_python_package() {
+    ensure_venv
+    if ! "$RINGLEADER_VENV/bin/python" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; then
+        "$RINGLEADER_VENV/bin/pip" install -q "setuptools>=77"
+    fi
+    "$RINGLEADER_VENV/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps ./ffi/python
+}
+
 # Debian packages that building with `--features rdma` needs (ibverbs-sys runs
 # cmake and bindgen over rdma-core's headers and links the system's
 # libibverbs): scripts/test.sh does `ensure_apt ... "${RINGLEADER_RDMA_APT[@]}"`.

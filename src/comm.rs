@@ -140,6 +140,15 @@ impl Communicator {
     /// data connection to every peer. Fails within `cfg.init_timeout` with
     /// an error naming what is missing.
     pub fn init(cfg: Config) -> Result<Communicator> {
+        // Rendezvous speaks in this communicator's ranks; its errors name global ones.
+        let group = cfg.group.clone();
+        Communicator::join(cfg).map_err(|e| match &group {
+            Some(g) => e.to_global(g),
+            None => e,
+        })
+    }
+
+    fn join(cfg: Config) -> Result<Communicator> {
         log::init_from_env();
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
             return Err(Error::invalid("rank", format!("rank {} of a world of {}", cfg.rank, cfg.world_size)));
@@ -198,9 +207,15 @@ impl Communicator {
         })
     }
 
-    /// This process's rank.
+    /// This process's rank in this communicator (its group rank, in a
+    /// sub-group; see [`Communicator::global_rank`]).
     pub fn rank(&self) -> Rank {
         self.shared.rank
+    }
+
+    /// This process's rank in the job: what messages name it by.
+    pub fn global_rank(&self) -> Rank {
+        self.shared.cfg.global_rank()
     }
 
     /// The number of ranks.
@@ -499,8 +514,9 @@ impl Communicator {
         self.shared.fr.entries()
     }
 
-    /// Writes this rank's flight-recorder dump (DESIGN.md §3) to `path`, or
-    /// to `RINGLEADER_DUMP_DIR/ringleader-rank{R}.json` when `None`.
+    /// Writes this rank's flight-recorder dump (docs/DESIGN.md §3) to `path`, or
+    /// to `RINGLEADER_DUMP_DIR/ringleader-rank{R}.json` when `None` (`R` the
+    /// global rank; `ringleader-rank{R}-group{NAME}.json` in a sub-group).
     pub fn dump(&self, path: Option<&Path>) -> Result<PathBuf> {
         let snap = self.shared.snapshot(None);
         self.shared
@@ -512,7 +528,9 @@ impl Communicator {
     /// fail, and the other ranks learn why.
     pub fn abort(&self, reason: &str) {
         self.shared.user_aborted.store(true, Ordering::Release);
-        self.shared.abort.abort(Error::aborted(format!("rank {} called abort: {reason}", self.shared.rank)));
+        self.shared
+            .abort
+            .abort(Error::aborted(format!("rank {} called abort: {reason}", self.shared.cfg.global_rank())));
     }
 
     /// Leaves the job cleanly: the other ranks will read "left" rather than

@@ -412,6 +412,15 @@ impl Shared {
         Ok(())
     }
 
+    /// `e` as a person reads it: ranks named globally (see
+    /// [`ringleader_core::group`]).
+    pub(crate) fn to_global(&self, e: Error) -> Error {
+        match &self.cfg.group {
+            Some(g) => e.to_global(g),
+            None => e,
+        }
+    }
+
     /// This rank's progress in a heartbeat.
     pub(crate) fn beat(&self) -> Beat {
         Beat::of(&self.fr, *self.current.lock())
@@ -419,7 +428,8 @@ impl Shared {
 
     /// This rank's snapshot.
     pub(crate) fn snapshot(&self, observation: Option<Observation>) -> Snapshot {
-        let mut s = Snapshot::new(self.rank, self.world, &self.host, std::process::id(), &self.cfg.run_id);
+        let mut s = Snapshot::new(self.rank, self.world, &self.host, std::process::id(), &self.cfg.run_id)
+            .in_group(self.cfg.group.clone());
         s.beat = self.beat();
         s.entries = self.fr.entries();
         s.observation = observation;

@@ -11,7 +11,7 @@
 
 use crate::engine::Shared;
 use crate::log;
-use ringleader_core::{Diagnosis, Error};
+use ringleader_core::{Config, Diagnosis, Error, Group};
 use ringleader_diag::recorder::mask_ranks;
 use ringleader_diag::{verdict, Beat, Evidence, Liveness, Observation, PeerView, Snapshot};
 use ringleader_store::{keys, JobStatus, Liveness as StoreLiveness, StoreClient};
@@ -41,22 +41,26 @@ impl Shared {
             return f;
         }
         self.abort.abort(local.clone());
+        // What a person reads names global ranks; the observation's fields
+        // stay in this communicator's ranks, as every snapshot's do.
+        let shown = self.to_global(local.clone());
         let awaited = mask_ranks(self.fr.progress().awaited.load(Ordering::Relaxed));
-        self.fr.failed(record, &local.to_string(), awaited);
-        let observation = Observation::from_error(&local);
+        self.fr.failed(record, &shown.to_string(), awaited);
+        let mut observation = Observation::from_error(&local);
+        observation.message = shown.to_string();
         if self.user_aborted.load(Ordering::Acquire) {
             // The caller aborted and knows why: tell the others, skip the inquiry.
             if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(200)) {
                 let record = AbortRecord { rank: self.rank, observation };
                 let _ = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default());
             }
-            *self.failure.lock() = Some(local.clone());
-            return local;
+            *self.failure.lock() = Some(shown.clone());
+            return shown;
         }
         let mut diagnosis = match self.agree(&observation) {
             Ok(d) => d,
             Err(e) => {
-                log::warn(self.rank, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
+                log::warn(&self.cfg, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
                 self.decide_alone(&observation)
             }
         };
@@ -73,7 +77,7 @@ impl Shared {
         // One line here, for logs where the caller swallows the error; the
         // error itself carries the full verdict.
         let text = err.to_string();
-        log::error(self.rank, text.lines().next().unwrap_or_default());
+        log::error(&self.cfg, text.lines().next().unwrap_or_default());
         err
     }
 
@@ -91,7 +95,7 @@ impl Shared {
         if let Some(d) = agreed(&mut store)? {
             return Ok(d);
         }
-        let ev = evidence(&mut store, &status, self.world)?;
+        let ev = evidence(&mut store, &status, self.world, self.cfg.group.clone())?;
         let d = verdict(&ev);
         let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
         Ok(serde_json::from_slice(&stored).unwrap_or(d))
@@ -117,6 +121,7 @@ impl Shared {
             peers,
             snapshots: vec![self.snapshot(Some(observation.clone()))],
             stale_after_ms: STALE_MS,
+            group: self.cfg.group.clone(),
         })
     }
 
@@ -130,7 +135,7 @@ impl Shared {
         snap.verdict = diagnosis.cloned();
         if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
             if let Ok(status) = store.status(None, Duration::ZERO) {
-                if let Ok(ev) = evidence(&mut store, &status, self.world) {
+                if let Ok(ev) = evidence(&mut store, &status, self.world, None) {
                     snap.job = ev.peers;
                 }
             }
@@ -140,14 +145,14 @@ impl Shared {
 
     /// Writes `snap` as JSON to `path`, or to the dump directory.
     pub(crate) fn dump_to(&self, snap: &Snapshot, path: Option<PathBuf>) -> Option<PathBuf> {
-        let path = path.unwrap_or_else(|| self.cfg.dump_dir.join(format!("ringleader-rank{}.json", self.rank)));
+        let path = path.unwrap_or_else(|| self.cfg.dump_dir.join(dump_name(&self.cfg)));
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
         match std::fs::write(&path, snap.to_json()) {
             Ok(()) => Some(path),
             Err(e) => {
-                log::warn(self.rank, &format!("cannot write the flight recorder dump {}: {e}", path.display()));
+                log::warn(&self.cfg, &format!("cannot write the flight recorder dump {}: {e}", path.display()));
                 None
             }
         }
@@ -229,8 +234,31 @@ fn vanished_without_ending(store: &mut StoreClient, status: &JobStatus) -> Resul
     Ok(!store.check(&refs)?)
 }
 
-/// Everything the store knows about the job, as verdict evidence.
-pub(crate) fn evidence(store: &mut StoreClient, status: &JobStatus, world: usize) -> Result<Evidence, Error> {
+/// The file name of a rank's dump: `ringleader-rank{R}.json` by global
+/// rank, with the group's name for a sub-group (a process holds one
+/// communicator per group, and their dumps must not overwrite each other).
+pub(crate) fn dump_name(cfg: &Config) -> String {
+    match cfg.group.as_ref() {
+        None => format!("ringleader-rank{}.json", cfg.global_rank()),
+        Some(g) => {
+            let name: String = g
+                .name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                .collect();
+            format!("ringleader-rank{}-group{name}.json", cfg.global_rank())
+        }
+    }
+}
+
+/// Everything the store knows about the job, as verdict evidence (`group`:
+/// the sub-group the communicator spans, so the verdict names global ranks).
+pub(crate) fn evidence(
+    store: &mut StoreClient,
+    status: &JobStatus,
+    world: usize,
+    group: Option<Group>,
+) -> Result<Evidence, Error> {
     let exits = fetch_prefix(store, keys::EXIT_PREFIX)?;
     let snapshots = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
         .into_iter()
@@ -256,7 +284,7 @@ pub(crate) fn evidence(store: &mut StoreClient, status: &JobStatus, world: usize
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
         })
         .collect();
-    Ok(Evidence { world_size: world, peers, snapshots, stale_after_ms: STALE_MS })
+    Ok(Evidence { world_size: world, peers, snapshots, stale_after_ms: STALE_MS, group })
 }
 
 fn fetch_prefix(store: &mut StoreClient, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {

@@ -16,7 +16,7 @@ use crate::failure::AbortRecord;
 use crate::log;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::error::fmt_ranks;
-use ringleader_core::{Error, Fingerprint, Rank};
+use ringleader_core::{Config, Error, Fingerprint, Rank};
 use ringleader_diag::recorder::mask_ranks;
 use ringleader_diag::Beat;
 use ringleader_store::{keys, JobStatus, Liveness, StoreClient};
@@ -53,6 +53,11 @@ impl Stop {
         }
         *g
     }
+}
+
+/// The global ranks of this communicator's ranks `rs`.
+fn globals(cfg: &Config, rs: &[Rank]) -> Vec<Rank> {
+    rs.iter().map(|&r| cfg.global(r)).collect()
 }
 
 /// Stall-warning state of the operation being watched.
@@ -128,7 +133,7 @@ impl Monitor {
             self.interrupt();
             if self.sigusr1.swap(false, Ordering::AcqRel) {
                 if let Some(p) = self.shared.write_dump(None, None) {
-                    log::warn(self.shared.rank, &format!("wrote the flight recorder dump {} on SIGUSR1", p.display()));
+                    log::warn(&self.shared.cfg, &format!("wrote the flight recorder dump {} on SIGUSR1", p.display()));
                 }
             }
         }
@@ -176,7 +181,7 @@ impl Monitor {
     fn dump_on_request(&mut self, counter: Option<Vec<u8>>) {
         if counter.is_some() && self.dump_counter.is_some() && counter != self.dump_counter {
             if let Some(p) = self.shared.write_dump(None, None) {
-                log::warn(self.shared.rank, &format!("wrote the flight recorder dump {} on request", p.display()));
+                log::warn(&self.shared.cfg, &format!("wrote the flight recorder dump {} on request", p.display()));
             }
         }
         if counter.is_some() {
@@ -192,7 +197,7 @@ impl Monitor {
         if let Some(raw) = &status.abort {
             if !sh.abort.is_aborted() {
                 let reason = match serde_json::from_slice::<AbortRecord>(raw) {
-                    Ok(r) => format!("rank {} failed: {}", r.rank, r.observation.message),
+                    Ok(r) => format!("rank {} failed: {}", sh.cfg.global(r.rank), r.observation.message),
                     Err(_) => "another rank aborted the job".to_string(),
                 };
                 sh.abort.abort(Error::aborted(reason));
@@ -285,7 +290,7 @@ impl Monitor {
             sh.abort.abort(reason);
         } else if !rank0_left {
             log::warn(
-                sh.rank,
+                &sh.cfg,
                 &format!(
                     "lost the store at {} ({e}); other ranks' failures will now only show as timeouts",
                     sh.store_addr
@@ -303,7 +308,7 @@ impl Monitor {
         let sh = &self.shared;
         if let Some((seq, fp)) = *sh.current.lock() {
             sh.user_aborted.store(true, Ordering::Release);
-            sh.abort.abort(Error::aborted(format!("interrupted (SIGINT) in {}", Self::label(seq, fp))));
+            sh.abort.abort(Error::aborted(format!("interrupted (SIGINT) in {}", self.label(seq, fp))));
         }
     }
 
@@ -342,7 +347,15 @@ impl Monitor {
         }
     }
 
-    fn label(seq: u64, fp: Fingerprint) -> String {
+    fn label(&self, seq: u64, fp: Fingerprint) -> String {
+        let mut l = Self::op_label(seq, fp);
+        if let Some(g) = self.shared.cfg.group.as_ref() {
+            l += &format!(" of {g}");
+        }
+        l
+    }
+
+    fn op_label(seq: u64, fp: Fingerprint) -> String {
         if seq == 0 {
             fp.to_string()
         } else {
@@ -366,23 +379,27 @@ impl Monitor {
                 let inside = b.running.as_ref().is_some_and(|x| x.seq == seq);
                 if seq > 0 && !inside && b.last_completed < seq {
                     outside.push(r.rank);
-                    notes.push(format!("rank {} has not entered it (last completed #{})", r.rank, b.last_completed));
+                    notes.push(format!(
+                        "rank {} has not entered it (last completed #{})",
+                        sh.cfg.global(r.rank),
+                        b.last_completed
+                    ));
                 }
             }
         }
         self.watch.late = if outside.is_empty() { awaited.clone() } else { outside };
-        let mut msg = format!("[straggler] {} has waited {:.1} s", Self::label(seq, fp), age.as_secs_f64());
+        let mut msg = format!("[straggler] {} has waited {:.1} s", self.label(seq, fp), age.as_secs_f64());
         if !notes.is_empty() {
             msg += &format!(": {}", notes.join(", "));
         }
         if !awaited.is_empty() {
-            msg += &format!("; waiting for data from {}", fmt_ranks(&awaited));
+            msg += &format!("; waiting for data from {}", fmt_ranks(&globals(&sh.cfg, &awaited)));
         }
         msg += &format!(
             " (timeout in {:.0} s)",
             (Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed)).saturating_sub(age)).as_secs_f64()
         );
-        log::warn(sh.rank, &msg);
+        log::warn(&sh.cfg, &msg);
     }
 
     fn report_completion(&self, seq: u64, fp: Fingerprint) {
@@ -393,8 +410,8 @@ impl Monitor {
         let who = if self.watch.late.is_empty() {
             String::new()
         } else {
-            format!("; {} arrived late", fmt_ranks(&self.watch.late))
+            format!("; {} arrived late", fmt_ranks(&globals(&sh.cfg, &self.watch.late)))
         };
-        log::warn(sh.rank, &format!("[straggler] {} completed after a stall{who}", Self::label(seq, fp)));
+        log::warn(&sh.cfg, &format!("[straggler] {} completed after a stall{who}", self.label(seq, fp)));
     }
 }

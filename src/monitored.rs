@@ -42,6 +42,7 @@ impl Shared {
             Err(Error::StoreTimeout { .. }) => {}
             Err(e) => return Err(e),
         }
+        // Group ranks here; the report names global ranks.
         let mut late: Vec<Rank> = Vec::new();
         for (i, k) in refs.iter().enumerate() {
             if !store.check(&[k])? {
@@ -53,9 +54,12 @@ impl Shared {
         }
         let ms = timeout.as_millis();
         let who = if late.len() == 1 { "Rank" } else { "Ranks" };
-        let list = late.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
-        let headline = format!("{who} {list} failed to pass monitored_barrier in {ms} ms");
-        let details = match store.status(None, Duration::ZERO).and_then(|s| evidence(store, &s, self.world)) {
+        let list = late.iter().map(|&r| self.cfg.global(r).to_string()).collect::<Vec<_>>().join(", ");
+        let headline = format!("{who} {list} failed to pass monitored_barrier in {ms} ms{}", self.of_group());
+        let details = match store
+            .status(None, Duration::ZERO)
+            .and_then(|s| evidence(store, &s, self.world, self.cfg.group.clone()))
+        {
             Ok(ev) => {
                 positions(&ev).into_iter().enumerate().filter(|(r, _)| late.contains(r)).map(|(_, l)| l).collect()
             }
@@ -64,13 +68,21 @@ impl Shared {
         store.set(&keys::monitored_barrier(seq, "result"), headline.as_bytes())?;
         Err(Error::Collective(Box::new(Diagnosis {
             kind: ErrorKind::MissedCollective,
-            culprits: late,
+            culprits: late.iter().map(|&r| self.cfg.global(r)).collect(),
             op: Some(OpKind::MonitoredBarrier),
             seq: Some(seq),
             headline,
             details,
             hints: vec!["the late ranks are slow or stuck before this point (a dataloader, a skipped call): `py-spy dump --pid PID` shows where".into()],
         })))
+    }
+
+    /// ` of group 1 (ranks 1-3)` in a sub-group, else nothing.
+    fn of_group(&self) -> String {
+        match self.cfg.group.as_ref() {
+            Some(g) => format!(" of {g}"),
+            None => String::new(),
+        }
     }
 
     fn await_release(&self, store: &mut StoreClient, seq: u64, timeout: Duration) -> Result<()> {
@@ -86,22 +98,28 @@ impl Shared {
                     culprits: culprits_in(&report),
                     op: Some(OpKind::MonitoredBarrier),
                     seq: Some(seq),
-                    headline: format!("monitored_barrier #{seq} failed; rank 0 reports: {report}"),
+                    headline: format!(
+                        "monitored_barrier #{seq}{} failed; rank {} reports: {report}",
+                        self.of_group(),
+                        self.cfg.global(0)
+                    ),
                     details: Vec::new(),
-                    hints: vec!["rank 0's error has the details".into()],
+                    hints: vec![format!("rank {}'s error has the details", self.cfg.global(0))],
                 })))
             }
             Err(Error::StoreTimeout { .. }) => Err(Error::Collective(Box::new(Diagnosis {
                 kind: ErrorKind::MissedCollective,
-                culprits: vec![0],
+                culprits: vec![self.cfg.global(0)],
                 op: Some(OpKind::MonitoredBarrier),
                 seq: Some(seq),
                 headline: format!(
-                    "rank 0 did not complete monitored_barrier #{seq} within {} ms; it collects the arrivals, so it did not reach this barrier",
+                    "rank {} did not complete monitored_barrier #{seq}{} within {} ms; it collects the arrivals, so it did not reach this barrier",
+                    self.cfg.global(0),
+                    self.of_group(),
                     limit.as_millis()
                 ),
                 details: Vec::new(),
-                hints: vec![format!("{} is where to look", fmt_ranks(&[0]))],
+                hints: vec![format!("{} is where to look", fmt_ranks(&[self.cfg.global(0)]))],
             }))),
             Err(e) => Err(e),
         }

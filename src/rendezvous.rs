@@ -168,7 +168,7 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
     if let Some(note) = resolution_note(&peers) {
         // One line per host: from the lowest rank there.
         if peers.iter().filter(|p| p.same_host(&me)).all(|p| p.rank >= me.rank) {
-            log::warn(cfg.rank, &note);
+            log::warn(cfg, &note);
         }
     }
     let mesh = preflight(&mut aux, listener, &peers, cfg, links, deadline, abort)?;
@@ -428,7 +428,7 @@ fn wait_for_all(
         if now >= next_note {
             let missing: Vec<Rank> = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
             log::warn(
-                cfg.rank,
+                cfg,
                 &format!(
                     "still waiting for {} to join at the store {} ({:.0} s of RINGLEADER_INIT_TIMEOUT={:.0} s)",
                     ringleader_core::error::fmt_ranks(&missing),

@@ -1,4 +1,4 @@
-//! Every hang cause of DESIGN.md §1 that can happen after init, provoked for
+//! Every hang cause of docs/DESIGN.md §1 that can happen after init, provoked for
 //! real between processes (a skipped call, mismatched arguments, kill -9,
 //! SIGSTOP, a slow rank), each asserting the error kind, the ranks it names,
 //! the collective, and how fast it arrived.

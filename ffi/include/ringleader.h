@@ -82,7 +82,7 @@ typedef enum rl_op {
 } rl_op;
 
 // The error codes of the C ABI: 0 is success, 1..=17 are the error kinds
-// of DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
+// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
 //
 // Functions return `int` rather than this enum, so that a future code is
 // never an invalid enum value on either side.
@@ -164,6 +164,16 @@ typedef struct rl_config {
   // Non-zero: SIGINT aborts the running collective (the process's own
   // handler still runs). For runtimes that handle Ctrl-C themselves, such as Python.
   int interrupt_on_sigint;
+  // For a communicator over a sub-group of the job: the global rank of
+  // each of its ranks (`group_ranks[g]` is group rank `g`'s), so that
+  // every message names global ranks. NULL (or `group_ranks_count` 0):
+  // the communicator is the whole job.
+  const int64_t *group_ranks;
+  // Entries in `group_ranks`; must equal the world size when set.
+  size_t group_ranks_count;
+  // The sub-group's name, for messages (torch's group name); NULL: the
+  // ranks alone describe it.
+  const char *group_name;
 } rl_config;
 
 #ifdef __cplusplus
@@ -347,7 +357,7 @@ int rl_work_test(const struct rl_work *work, bool *done);
 // `work` NULL or a live handle, not used afterwards.
 void rl_work_free(struct rl_work *work);
 
-// Writes this rank's flight-recorder dump (JSON, DESIGN.md §3) to `path`,
+// Writes this rank's flight-recorder dump (JSON, docs/DESIGN.md §3) to `path`,
 // or to `RINGLEADER_DUMP_DIR/ringleader-rank<R>.json` when `path` is NULL.
 // When `written` is not NULL it receives the path written (free it with
 // `rl_string_free`).

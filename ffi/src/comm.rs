@@ -487,7 +487,7 @@ unsafe fn give_string(out: *mut *mut c_char, s: &str) {
     }
 }
 
-/// Writes this rank's flight-recorder dump (JSON, DESIGN.md §3) to `path`,
+/// Writes this rank's flight-recorder dump (JSON, docs/DESIGN.md §3) to `path`,
 /// or to `RINGLEADER_DUMP_DIR/ringleader-rank<R>.json` when `path` is NULL.
 /// When `written` is not NULL it receives the path written (free it with
 /// `rl_string_free`).

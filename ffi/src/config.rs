@@ -1,10 +1,10 @@
 //! `rl_config`: explicit init parameters, each falling back to the
-//! environment (DESIGN.md §3: explicit arguments first, then torchrun's,
+//! environment (docs/DESIGN.md §3: explicit arguments first, then torchrun's,
 //! Slurm's or Open MPI's variables, then ringleader's own settings).
 
 use crate::error::{fail, invalid};
 use ringleader_core::config::Explicit;
-use ringleader_core::Config;
+use ringleader_core::{Config, Group};
 use std::ffi::{c_char, c_int, CStr};
 use std::time::Duration;
 
@@ -38,6 +38,16 @@ pub struct RlConfig {
     /// Non-zero: SIGINT aborts the running collective (the process's own
     /// handler still runs). For runtimes that handle Ctrl-C themselves, such as Python.
     pub interrupt_on_sigint: c_int,
+    /// For a communicator over a sub-group of the job: the global rank of
+    /// each of its ranks (`group_ranks[g]` is group rank `g`'s), so that
+    /// every message names global ranks. NULL (or `group_ranks_count` 0):
+    /// the communicator is the whole job.
+    pub group_ranks: *const i64,
+    /// Entries in `group_ranks`; must equal the world size when set.
+    pub group_ranks_count: usize,
+    /// The sub-group's name, for messages (torch's group name); NULL: the
+    /// ranks alone describe it.
+    pub group_name: *const c_char,
 }
 
 impl Default for RlConfig {
@@ -54,6 +64,9 @@ impl Default for RlConfig {
             init_timeout_s: 0.0,
             stall_warn_s: 0.0,
             interrupt_on_sigint: 0,
+            group_ranks: std::ptr::null(),
+            group_ranks_count: 0,
+            group_name: std::ptr::null(),
         }
     }
 }
@@ -154,7 +167,42 @@ pub(crate) unsafe fn build(cfg: &RlConfig) -> Result<Config, c_int> {
         c.stall_warn = t;
     }
     c.interrupt_on_sigint = cfg.interrupt_on_sigint != 0;
+    // SAFETY: the caller guarantees `group_ranks` holds `group_ranks_count`
+    // entries and `group_name` is NULL or NUL-terminated.
+    c.group = unsafe { group(cfg, c.world_size) }?;
     Ok(c)
+}
+
+/// The sub-group `cfg` describes, checked against the world size.
+///
+/// # Safety
+/// `cfg.group_ranks` must be NULL or valid for `cfg.group_ranks_count`
+/// reads; `cfg.group_name` NULL or NUL-terminated.
+unsafe fn group(cfg: &RlConfig, world_size: usize) -> Result<Option<Group>, c_int> {
+    if cfg.group_ranks.is_null() || cfg.group_ranks_count == 0 {
+        return Ok(None);
+    }
+    if cfg.group_ranks_count != world_size {
+        return Err(invalid(
+            "group_ranks",
+            format!("holds {} ranks for a communicator of {world_size}", cfg.group_ranks_count),
+        ));
+    }
+    // SAFETY: non-null, and the caller guarantees `group_ranks_count` entries.
+    let raw = unsafe { std::slice::from_raw_parts(cfg.group_ranks, cfg.group_ranks_count) };
+    let mut ranks = Vec::with_capacity(raw.len());
+    for &r in raw {
+        ranks.push(usize::try_from(r).map_err(|_| invalid("group_ranks", format!("{r} is not a rank")))?);
+    }
+    let mut sorted = ranks.clone();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(invalid("group_ranks", format!("names a rank twice: {ranks:?}")));
+    }
+    // SAFETY: per the function contract.
+    let name = unsafe { opt_str("group_name", cfg.group_name) }?.filter(|s| !s.is_empty());
+    let name = name.unwrap_or_else(|| "(unnamed)".to_string());
+    Ok(Some(Group::new(name, ranks)))
 }
 
 #[cfg(test)]
@@ -182,6 +230,31 @@ mod tests {
         if std::env::var("MASTER_ADDR").is_err() {
             assert_eq!(c.master_addr, "10.0.0.7");
         }
+    }
+
+    #[test]
+    fn a_sub_group_maps_its_ranks_to_global_ones() {
+        let ranks = [1i64, 2, 3];
+        let cfg = RlConfig {
+            rank: 2,
+            world_size: 3,
+            store_addr: c"10.0.0.7:4242".as_ptr(),
+            group_ranks: ranks.as_ptr(),
+            group_ranks_count: 3,
+            group_name: c"1".as_ptr(),
+            ..RlConfig::default()
+        };
+        // SAFETY: static C strings, and `ranks` outlives the call.
+        let c = unsafe { build(&cfg) }.unwrap();
+        assert_eq!(c.global_rank(), 3);
+        assert_eq!(c.group.unwrap().to_string(), "group 1 (ranks 1-3)");
+        let dup = [1i64, 1, 3];
+        let cfg = RlConfig { group_ranks: dup.as_ptr(), ..cfg };
+        // SAFETY: as above.
+        assert_eq!(unsafe { build(&cfg) }.unwrap_err(), 17);
+        let cfg = RlConfig { group_ranks_count: 2, ..cfg };
+        // SAFETY: as above (two entries are read).
+        assert_eq!(unsafe { build(&cfg) }.unwrap_err(), 17);
     }
 
     #[test]

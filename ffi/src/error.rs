@@ -17,7 +17,7 @@ pub const RL_OK: c_int = 0;
 pub const RL_ERR_INTERNAL: c_int = -1;
 
 /// The error codes of the C ABI: 0 is success, 1..=17 are the error kinds
-/// of DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
+/// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
 ///
 /// Functions return `int` rather than this enum, so that a future code is
 /// never an invalid enum value on either side.

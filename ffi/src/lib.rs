@@ -4,7 +4,7 @@
 //!
 //! What it offers: opaque handles (`rl_comm`, `rl_work`, `rl_store`); init
 //! from the environment or from an `rl_config`; every collective of
-//! DESIGN.md §3, blocking or queued (a non-NULL `rl_work **` out-parameter
+//! docs/DESIGN.md §3, blocking or queued (a non-NULL `rl_work **` out-parameter
 //! queues the call); work handles with wait (with a timeout), test and free;
 //! the flight recorder as JSON and dumps; abort and destroy; and a store
 //! server for bindings that host it themselves (the PyTorch backend).

@@ -1,5 +1,5 @@
 //! `ringleader analyze DIR`: the verdict on a failed job, from the
-//! flight-recorder dumps its ranks left behind (DESIGN.md §3).
+//! flight-recorder dumps its ranks left behind (docs/DESIGN.md §3).
 //!
 //! Every rank writes one JSON dump ([`Snapshot`]) when a collective fails, on
 //! `dump()` and on demand (`ringleader status --dump`). This command reads
@@ -15,7 +15,7 @@
 use crate::error::{CliError, Result};
 use clap::Args;
 use ringleader_core::error::fmt_ranks;
-use ringleader_core::{Diagnosis, Rank};
+use ringleader_core::{Diagnosis, Group, Rank};
 use ringleader_diag::recorder::{Entry, State};
 use ringleader_diag::{verdict, Evidence, PeerView, Snapshot};
 use serde_json::json;
@@ -185,6 +185,7 @@ pub(crate) fn evidence(dumps: &[Dump]) -> Evidence {
         peers: peers.into_values().collect(),
         snapshots: newest_first.iter().map(|d| d.snap.clone()).collect(),
         stale_after_ms: STALE_AFTER_MS,
+        group: newest_first.iter().find_map(|d| d.snap.group.clone()),
     }
 }
 
@@ -197,8 +198,10 @@ pub(crate) struct Report<'a> {
     pub(crate) runtime: Vec<(Rank, Diagnosis)>,
     /// The newest dump of each rank, by rank.
     pub(crate) latest: Vec<&'a Dump>,
-    /// Ranks below the world size without any dump.
+    /// Ranks below the world size without any dump (global ranks).
     pub(crate) missing: Vec<Rank>,
+    /// The sub-group the dumps are of, if they are of one.
+    pub(crate) group: Option<Group>,
     /// Whether no rank had failed when it dumped (dumps on request).
     pub(crate) quiet: bool,
     /// Operations to show per rank.
@@ -217,12 +220,14 @@ impl<'a> Report<'a> {
                 *slot = d;
             }
         }
-        let missing = (0..ev.world_size).filter(|r| !latest.contains_key(r)).collect();
+        let group = ev.group.clone();
+        let g = |r: Rank| ringleader_core::group::global(group.as_ref(), r);
+        let missing = (0..ev.world_size).filter(|r| !latest.contains_key(r)).map(g).collect();
         let mut runtime: Vec<(Rank, Diagnosis)> = Vec::new();
         for d in dumps {
             if let Some(v) = &d.snap.verdict {
                 if !same_verdict(v, &verdict) && !runtime.iter().any(|(_, seen)| seen == v) {
-                    runtime.push((d.snap.rank, v.clone()));
+                    runtime.push((g(d.snap.rank), v.clone()));
                 }
             }
         }
@@ -230,7 +235,7 @@ impl<'a> Report<'a> {
         // without any observation were written on request (or by `dump()`).
         let quiet = ev.snapshots.iter().all(|s| s.observation.is_none() && s.verdict.is_none())
             && ev.peers.iter().all(|p| p.liveness != ringleader_diag::Liveness::Vanished);
-        Report { verdict, runtime, latest: latest.into_values().collect(), missing, quiet, last }
+        Report { verdict, runtime, latest: latest.into_values().collect(), missing, group, quiet, last }
     }
 
     /// The human-readable report.
@@ -241,8 +246,11 @@ impl<'a> Report<'a> {
             let _ = writeln!(out, "\nThe run-time verdict in rank {rank}'s dump differs:\n{v}");
         }
         let _ = writeln!(out, "\nLast {} operations per rank (oldest first):", self.last);
+        if let Some(g) = self.group.as_ref() {
+            let _ = writeln!(out, "(the dumps are of {g}; ranks are global ranks, `awaited` included)");
+        }
         for d in &self.latest {
-            out += &rank_section(d, self.last);
+            out += &rank_section(d, self.last, self.group.as_ref());
         }
         out += "\n";
         if self.missing.is_empty() {
@@ -265,7 +273,8 @@ impl<'a> Report<'a> {
             .iter()
             .map(|d| {
                 json!({
-                    "rank": d.snap.rank,
+                    "rank": ringleader_core::group::global(self.group.as_ref(), d.snap.rank),
+                    "group_rank": d.snap.rank,
                     "host": d.snap.host,
                     "pid": d.snap.pid,
                     "dump": d.path.display().to_string(),
@@ -277,6 +286,7 @@ impl<'a> Report<'a> {
             self.runtime.iter().map(|(rank, v)| json!({"rank": rank, "verdict": v})).collect();
         json!({
             "run_id": self.latest.first().map(|d| d.snap.run_id.clone()),
+            "group": self.group,
             "verdict": self.verdict,
             "runtime_verdicts": runtime,
             "no_failure_seen": self.quiet,
@@ -296,10 +306,11 @@ fn last_entries(snap: &Snapshot, k: usize) -> &[Entry] {
     &snap.entries[snap.entries.len().saturating_sub(k)..]
 }
 
-/// One rank's header line and table.
-fn rank_section(d: &Dump, k: usize) -> String {
+/// One rank's header line and table (ranks named globally under `group`).
+fn rank_section(d: &Dump, k: usize, group: Option<&Group>) -> String {
     let s = &d.snap;
-    let mut out = format!("\nrank {} ({} pid {}), dump {}", s.rank, s.host, s.pid, d.path.display());
+    let g = |r: Rank| ringleader_core::group::global(group, r);
+    let mut out = format!("\nrank {} ({} pid {}), dump {}", g(s.rank), s.host, s.pid, d.path.display());
     if s.destroyed {
         out += ", communicator destroyed";
     }
@@ -327,7 +338,7 @@ fn rank_section(d: &Dump, k: usize) -> String {
             args_label(e),
             state_name(e.state),
             duration_label(e, s.time_ns),
-            awaited_label(awaited(s, e)),
+            awaited_label(&awaited(s, e).iter().map(|&r| g(r)).collect::<Vec<_>>()),
         );
     }
     out

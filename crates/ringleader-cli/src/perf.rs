@@ -1,5 +1,5 @@
 //! `ringleader perf`: an nccl-tests-style benchmark over N local ranks that
-//! it starts itself (DESIGN.md §3, §4).
+//! it starts itself (docs/DESIGN.md §3, §4).
 //!
 //! The command plays two parts:
 //! - the **parent** ([`parent`]) hosts a ringleader store in-process, as

@@ -1,5 +1,5 @@
 //! `ringleader status --store HOST:PORT`: a live view of a running job
-//! (DESIGN.md §3), read from its store.
+//! (docs/DESIGN.md §3), read from its store.
 //!
 //! It connects as a [`Role::Tool`] (which never counts as a member and may
 //! watch any run with the run id `*`) and prints, per rank, what the store

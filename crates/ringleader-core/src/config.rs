@@ -1,6 +1,6 @@
 //! Configuration: who this process is in the job and how patient to be.
 //!
-//! Rank discovery follows DESIGN.md §3, in order: explicit arguments, the
+//! Rank discovery follows docs/DESIGN.md §3, in order: explicit arguments, the
 //! torchrun variables (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ...), Slurm
 //! (`SLURM_PROCID`, ...), Open MPI (`OMPI_COMM_WORLD_RANK`, ...). Reading is
 //! done through a lookup function so tests need not touch the process
@@ -148,6 +148,11 @@ pub struct Config {
     /// handler ran), so Ctrl-C interrupts a blocked collective. Language
     /// bindings whose runtime handles SIGINT itself (Python) turn this on.
     pub interrupt_on_sigint: bool,
+    /// The sub-group this communicator spans, when it is not the whole job
+    /// numbered as the job numbers it: every rank a user reads is then named
+    /// by its global rank, and messages name the group. Set by bindings that
+    /// know it (the PyTorch backend for `new_group`); `None` for the world.
+    pub group: Option<crate::Group>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -161,6 +166,17 @@ pub const DEFAULT_SHM_SINGLE_COPY: usize = 1 << 20;
 pub const DEFAULT_TCP_SPLICE: usize = 256 << 10;
 
 impl Config {
+    /// This rank's number in the job: `rank`, or its global rank when the
+    /// communicator spans a sub-group ([`Config::group`]).
+    pub fn global_rank(&self) -> Rank {
+        crate::group::global(self.group.as_ref(), self.rank)
+    }
+
+    /// The global rank of rank `r` of this communicator.
+    pub fn global(&self, r: Rank) -> Rank {
+        crate::group::global(self.group.as_ref(), r)
+    }
+
     /// A configuration with every optional setting at its default.
     pub fn new(rank: Rank, world_size: usize, master_addr: &str, master_port: u16) -> Config {
         Config {
@@ -189,6 +205,7 @@ impl Config {
             advertised_version: VERSION.to_string(),
             source: "explicit",
             interrupt_on_sigint: false,
+            group: None,
         }
     }
 

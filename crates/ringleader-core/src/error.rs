@@ -1,4 +1,4 @@
-//! The error vocabulary of DESIGN.md §1: every failure carries a stable
+//! The error vocabulary of docs/DESIGN.md §1: every failure carries a stable
 //! [`ErrorKind`] that appears in its message (`[peer-died] ...`), so a person
 //! can grep a log for it and a program can branch on it.
 //!
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
-/// The stable kind of an [`Error`], one of the names in DESIGN.md §1.
+/// The stable kind of an [`Error`], one of the names in docs/DESIGN.md §1.
 ///
 /// ```
 /// use ringleader_core::ErrorKind;
@@ -587,6 +587,55 @@ impl Error {
             Error::FrameMismatch { ours, .. } => Some(ours.op),
             Error::Collective(d) => d.op,
             _ => None,
+        }
+    }
+
+    /// The same error with every rank it names turned from a group rank
+    /// into a global rank (see [`crate::group`]). A verdict
+    /// ([`Error::Collective`]) is left alone: the verdict engine writes it
+    /// with global ranks already.
+    ///
+    /// ```
+    /// use ringleader_core::{Error, Group, OpKind};
+    /// let g = Group::new("1", vec![1, 2, 3]);
+    /// let e = Error::PeerLost { peer: 2, op: OpKind::AllReduce, seq: 4, detail: "reset".into() }.to_global(&g);
+    /// assert_eq!(e.ranks(), vec![3]);
+    /// assert!(e.to_string().contains("rank 3 during all_reduce #4"));
+    /// ```
+    pub fn to_global(self, group: &crate::Group) -> Error {
+        let g = |r: Rank| group.global(r);
+        let gs = |rs: Vec<Rank>| group.globals(&rs);
+        let member = |m: Member| Member { rank: g(m.rank), ..m };
+        match self {
+            Error::RendezvousIncomplete { expected, joined, missing, waited, note } => Error::RendezvousIncomplete {
+                expected,
+                joined: joined.into_iter().map(member).collect(),
+                missing: gs(missing),
+                waited,
+                note,
+            },
+            Error::WorldSizeMismatch { claims } => {
+                Error::WorldSizeMismatch { claims: claims.into_iter().map(member).collect() }
+            }
+            Error::DuplicateRank { rank, first, second } => Error::DuplicateRank { rank: g(rank), first, second },
+            Error::DataPortUnreachable { src, dst, addr, detail } => {
+                Error::DataPortUnreachable { src: g(src), dst: g(dst), addr, detail }
+            }
+            Error::DataPortsUnreachable { pairs, note } => Error::DataPortsUnreachable {
+                pairs: pairs.into_iter().map(|p| Unreachable { src: g(p.src), dst: g(p.dst), ..p }).collect(),
+                note,
+            },
+            Error::PeerLost { peer, op, seq, detail } => Error::PeerLost { peer: g(peer), op, seq, detail },
+            Error::PeerLeft { peer, op, seq, their_seq } => Error::PeerLeft { peer: g(peer), op, seq, their_seq },
+            Error::PeerProtocol { peer, detail } => Error::PeerProtocol { peer: g(peer), detail },
+            Error::ScheduleMismatch { peer, op, seq, detail } => {
+                Error::ScheduleMismatch { peer: g(peer), op, seq, detail }
+            }
+            Error::FrameMismatch { peer, seq, ours, their_seq, theirs } => {
+                Error::FrameMismatch { peer: g(peer), seq, ours, their_seq, theirs }
+            }
+            Error::Timeout { op, seq, waited, awaited } => Error::Timeout { op, seq, waited, awaited: gs(awaited) },
+            other => other,
         }
     }
 

@@ -22,11 +22,13 @@
 pub mod abort;
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod reduce;
 pub mod types;
 
 pub use abort::AbortSignal;
 pub use config::{Config, TransportKind, VERSION};
 pub use error::{Diagnosis, Error, ErrorKind, Member, Result};
+pub use group::Group;
 pub use reduce::Element;
 pub use types::{DType, Fingerprint, OpKind, Rank, ReduceOp};

@@ -1,11 +1,11 @@
 //! What one rank knows about itself at a moment: its progress, its flight
 //! recorder, and what it observed when a collective failed. Ranks publish a
 //! snapshot to the store when a collective fails, and write it as their dump
-//! (DESIGN.md §3), so the run-time watchdog and `ringleader analyze` feed the
+//! (docs/DESIGN.md §3), so the run-time watchdog and `ringleader analyze` feed the
 //! same verdict engine with the same data.
 
 use crate::recorder::{mask_ranks, now_ns, Entry, FlightRecorder};
-use ringleader_core::{Diagnosis, Error, ErrorKind, Fingerprint, OpKind, Rank};
+use ringleader_core::{Diagnosis, Error, ErrorKind, Fingerprint, Group, OpKind, Rank};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
@@ -181,9 +181,16 @@ pub struct PeerView {
 pub struct Snapshot {
     /// [`DUMP_VERSION`].
     pub version: String,
-    /// The rank.
+    /// The rank in its communicator (its group rank in a sub-group).
     pub rank: Rank,
-    /// The world size.
+    /// Its rank in the job: `rank`, or what `group` maps it to.
+    #[serde(default)]
+    pub global_rank: Option<Rank>,
+    /// The sub-group the communicator spans, if it is one (see
+    /// [`ringleader_core::group`]); ranks named to a person are global.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<Group>,
+    /// The world size (of the communicator).
     pub world_size: usize,
     /// Host name.
     pub host: String,
@@ -219,6 +226,8 @@ impl Snapshot {
         Snapshot {
             version: DUMP_VERSION.into(),
             rank,
+            global_rank: Some(rank),
+            group: None,
             world_size,
             host: host.into(),
             pid,
@@ -232,6 +241,13 @@ impl Snapshot {
             job: Vec::new(),
             verdict: None,
         }
+    }
+
+    /// Places the snapshot in a sub-group: `global_rank` follows.
+    pub fn in_group(mut self, group: Option<Group>) -> Snapshot {
+        self.global_rank = Some(ringleader_core::group::global(group.as_ref(), self.rank));
+        self.group = group;
+        self
     }
 
     /// The fingerprint this rank used for collective `seq`, if it knows.

@@ -1,7 +1,7 @@
 //! The verdict engine: every rank's snapshot and the store's view of the job
 //! in, one [`Diagnosis`] out. A pure function, so the watchdog at run time and
 //! `ringleader analyze` afterwards reach the same verdict from the same data,
-//! and every cause of DESIGN.md §1 is unit-tested with synthetic snapshots.
+//! and every cause of docs/DESIGN.md §1 is unit-tested with synthetic snapshots.
 //!
 //! The questions are asked in order of how sure the answer is:
 //! 1. did ranks call the collective with different arguments (`mismatch`)?
@@ -10,10 +10,14 @@
 //! 4. did a rank's process stop answering (`peer-stalled`)?
 //! 5. is a live rank simply not in the collective (`missed-collective`)?
 //! 6. otherwise, everyone is in it and nothing moves (`timeout`).
+//!
+//! In a sub-group (see [`ringleader_core::group`]) the snapshots and the
+//! store speak in group ranks; the verdict names global ranks, in its text
+//! and in its culprits, and says which group the collective belongs to.
 
 use crate::snapshot::{Beat, Liveness, Observation, PeerView, Running, Snapshot};
 use ringleader_core::error::fmt_ranks;
-use ringleader_core::{Diagnosis, ErrorKind, Fingerprint, OpKind, Rank};
+use ringleader_core::{Diagnosis, ErrorKind, Fingerprint, Group, OpKind, Rank};
 
 /// Everything known about a failure.
 #[derive(Debug, Clone, Default)]
@@ -26,12 +30,25 @@ pub struct Evidence {
     pub snapshots: Vec<Snapshot>,
     /// A heartbeat older than this means the process stopped answering.
     pub stale_after_ms: u64,
+    /// The sub-group the communicator spans, if it is one: ranks in
+    /// `peers` and `snapshots` are group ranks, the verdict names global ones.
+    pub group: Option<Group>,
+}
+
+impl Evidence {
+    /// The global rank of group rank `r`.
+    fn global(&self, r: Rank) -> Rank {
+        ringleader_core::group::global(self.group.as_ref(), r)
+    }
 }
 
 /// What is known of one rank, merged from its snapshot and the store.
 #[derive(Debug)]
 struct Facts<'a> {
+    /// The global rank (what the verdict names).
     rank: Rank,
+    /// The sub-group, to name the ranks this rank's records mention.
+    group: Option<&'a Group>,
     host: Option<&'a str>,
     pid: Option<u32>,
     liveness: Liveness,
@@ -48,7 +65,8 @@ impl<'a> Facts<'a> {
                 let peer = ev.peers.iter().find(|p| p.rank == rank);
                 let snap = ev.snapshots.iter().find(|s| s.rank == rank);
                 Facts {
-                    rank,
+                    rank: ev.global(rank),
+                    group: ev.group.as_ref(),
                     host: snap.map(|s| s.host.as_str()).or(peer.and_then(|p| p.host.as_deref())),
                     pid: snap.map(|s| s.pid).or(peer.and_then(|p| p.pid)),
                     liveness: peer.map_or(Liveness::Unknown, |p| p.liveness),
@@ -68,6 +86,11 @@ impl<'a> Facts<'a> {
             (None, Some(p)) => format!("rank {} (pid {p})", self.rank),
             _ => format!("rank {}", self.rank),
         }
+    }
+
+    /// The global rank of a group rank this rank's records mention.
+    fn global(&self, r: Rank) -> Rank {
+        ringleader_core::group::global(self.group, r)
     }
 
     fn last_completed(&self) -> u64 {
@@ -132,7 +155,8 @@ impl<'a> Facts<'a> {
                     r.running_ms as f64 / 1000.0
                 );
                 if !r.awaited_peers.is_empty() {
-                    s += &format!(", waiting for {}", fmt_ranks(&r.awaited_peers));
+                    let awaited: Vec<Rank> = r.awaited_peers.iter().map(|&p| self.global(p)).collect();
+                    s += &format!(", waiting for {}", fmt_ranks(&awaited));
                 }
                 parts.push(s);
             }
@@ -194,6 +218,7 @@ pub fn positions(ev: &Evidence) -> Vec<String> {
 ///     ],
 ///     snapshots: vec![],
 ///     stale_after_ms: 5000,
+///     group: None,
 /// };
 /// let d = verdict(&ev);
 /// assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::MissedCollective, vec![1], Some(2)));
@@ -203,11 +228,16 @@ pub fn positions(ev: &Evidence) -> Vec<String> {
 pub fn verdict(ev: &Evidence) -> Diagnosis {
     let facts = Facts::gather(ev);
     let seq = stuck_seq(&facts);
-    let (op, what) = label(&facts, seq);
+    let (op, mut what) = label(&facts, seq);
+    let of_group = match ev.group.as_ref() {
+        Some(g) => format!(" of {g}"),
+        None => String::new(),
+    };
+    what += &of_group;
     let details: Vec<String> = facts.iter().map(|f| f.position(&facts)).collect();
     // A rank that died or left can garble what its peers received, so it
     // explains a rank's own observation before the observation stands alone.
-    let mut d = mismatch(&facts, seq, &what)
+    let mut d = mismatch(&facts, seq, &what, &of_group)
         .or_else(|| died(&facts, seq, &what))
         .or_else(|| left(&facts, seq, &what))
         .or_else(|| observed(&facts))
@@ -273,7 +303,7 @@ fn fingerprint_groups(facts: &[Facts<'_>], seq: u64) -> Vec<(Fingerprint, Vec<Ra
         facts.iter().filter_map(|f| f.fingerprint_of(seq).map(|fp| (f.rank, fp))).collect();
     for f in facts {
         let Some(o) = f.observation() else { continue };
-        if let (Some(peer), Some(theirs), Some(their_seq)) = (o.peer, o.theirs, o.their_seq) {
+        if let (Some(peer), Some(theirs), Some(their_seq)) = (o.peer.map(|p| f.global(p)), o.theirs, o.their_seq) {
             if their_seq == seq && !calls.iter().any(|(r, _)| *r == peer) {
                 calls.push((peer, theirs));
             }
@@ -296,7 +326,7 @@ fn fingerprint_groups(facts: &[Facts<'_>], seq: u64) -> Vec<(Fingerprint, Vec<Ra
     groups
 }
 
-fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
+fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str, of_group: &str) -> Option<Diagnosis> {
     let hint =
         "every rank must call the same collectives in the same order, with the same shape, dtype, root and reduce op: \
                 look for rank-dependent shapes, a rank-conditional call, or an uneven number of iterations"
@@ -313,7 +343,7 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         let mut d = diagnosis(
             ErrorKind::Mismatch,
             culprits,
-            format!("ranks called collective #{q} with different arguments: {listing}"),
+            format!("ranks called collective #{q}{of_group} with different arguments: {listing}"),
             vec![hint],
         );
         if groups.iter().any(|(fp, _)| fp.op != groups[0].0.op) {
@@ -335,7 +365,7 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
     // No two records disagree, but a frame came from another collective.
     let (rank, peer, ours, our_seq, theirs, their_seq) = facts.iter().find_map(|f| {
         let o = f.observation()?;
-        let (peer, theirs, their_seq) = (o.peer?, o.theirs?, o.their_seq?);
+        let (peer, theirs, their_seq) = (f.global(o.peer?), o.theirs?, o.their_seq?);
         let our_seq = o.seq.unwrap_or(seq);
         (their_seq != our_seq).then_some((f.rank, peer, o.ours, our_seq, theirs, their_seq))
     })?;

@@ -450,10 +450,12 @@ def init(
     init_timeout: Optional[Seconds] = None,
     stall_warn: Optional[Seconds] = None,
     interrupt_on_sigint: bool = True,
+    group_ranks: Optional[List[int]] = None,
+    group_name: Optional[str] = None,
 ) -> ProcessGroup:
     """Joins a job and returns its :class:`ProcessGroup`.
 
-    Each argument left as None comes from the environment (DESIGN.md §3):
+    Each argument left as None comes from the environment (docs/DESIGN.md §3):
     ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun,
     ``ringleader launch``), Slurm's or Open MPI's variables; ``timeout`` from
     ``RINGLEADER_TIMEOUT`` (default 600 s), and so on. ``store_addr``
@@ -461,6 +463,11 @@ def init(
     otherwise rank 0 hosts it on ``master_port``. Durations are seconds or
     ``datetime.timedelta``. With ``interrupt_on_sigint`` (the default), Ctrl-C
     aborts a blocked collective, so ``KeyboardInterrupt`` arrives at once.
+
+    For a group over some of the job's ranks, ``group_ranks`` lists the global
+    rank of each of its ranks (``group_ranks[r]`` is group rank ``r``'s) and
+    ``group_name`` names it: every message then names global ranks and the
+    group, as the PyTorch backend does for ``new_group``.
     """
     cfg = _lib.Config()
     _L.rl_config_init(_byref(cfg))
@@ -483,6 +490,14 @@ def init(
     cfg.init_timeout_s = _seconds(init_timeout, "init_timeout") or 0.0
     cfg.stall_warn_s = _seconds(stall_warn, "stall_warn") or 0.0
     cfg.interrupt_on_sigint = 1 if interrupt_on_sigint else 0
+    ranks_arr = None
+    if group_ranks is not None:
+        ranks = [_rank(r, "group_ranks") for r in group_ranks]
+        ranks_arr = (ctypes.c_int64 * len(ranks))(*ranks)
+        cfg.group_ranks = ctypes.cast(ranks_arr, ctypes.POINTER(ctypes.c_int64))
+        cfg.group_ranks_count = len(ranks)
+    if group_name is not None:
+        cfg.group_name = str(group_name).encode()
     out = _c_void_p()
     _check(_L.rl_init(_byref(cfg), _byref(out)))
     return ProcessGroup(out.value)

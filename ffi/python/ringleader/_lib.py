@@ -44,6 +44,9 @@ class Config(ctypes.Structure):
         ("init_timeout_s", c_double),
         ("stall_warn_s", c_double),
         ("interrupt_on_sigint", c_int),
+        ("group_ranks", POINTER(c_int64)),
+        ("group_ranks_count", c_size_t),
+        ("group_name", c_char_p),
     ]
 
 

@@ -1,4 +1,4 @@
-"""The error classes: one per error kind of DESIGN.md §1.
+"""The error classes: one per error kind of docs/DESIGN.md §1.
 
 Every error ringleader raises is a :class:`Error`, itself a ``RuntimeError``
 (so code written for PyTorch's backends, which raise ``RuntimeError``,
@@ -61,7 +61,7 @@ AbortedError = _kind("aborted", "The communicator was aborted (by abort(), Ctrl-
 InvalidArgumentError = _kind("invalid-argument", "The caller passed something unusable.", ValueError)
 InternalError = _kind("internal", "A bug in ringleader (a panic was caught at the C boundary).")
 
-# C error code -> class (codes are ErrorKind::code: 1..=17 in DESIGN.md §1 order; -1 internal).
+# C error code -> class (codes are ErrorKind::code: 1..=17 in docs/DESIGN.md §1 order; -1 internal).
 BY_CODE = {
     1: MissedCollectiveError,
     2: MismatchError,

@@ -7,8 +7,13 @@ runs on ringleader::
     import torch.distributed as dist
     dist.init_process_group(backend="ringleader")   # env://: torchrun or `ringleader launch`
 
-and a hang ends in a ``RuntimeError`` subclass (:class:`ringleader.Error`)
-whose message is the verdict ("[missed-collective] rank 1 ... all_reduce #2").
+and a hang ends in PyTorch's own exception type, ``DistBackendError`` (or
+``DistNetworkError`` / ``DistStoreError`` where they fit), whose message is
+the verdict ("[missed-collective] rank 1 ... all_reduce #2"), so code
+written against gloo or NCCL catches it unchanged. Each is also the
+matching :class:`ringleader.Error` subclass (``ringleader.torch.PeerDiedError``
+is a ``DistBackendError`` and a ``ringleader.PeerDiedError``), carrying
+``.kind``, ``.ranks`` (global ranks), ``.seq`` and ``.op``.
 
 Where ringleader's store lives: under ``ringleader launch`` (which hosts a
 store and sets ``RINGLEADER_STORE_ADDR``) the default group joins that
@@ -20,6 +25,11 @@ TCPStore); the other ranks read it from there. ``host`` is the address this
 process uses to reach ``MASTER_ADDR`` (or torch's TCPStore host, or the host
 name). ringleader's store is never bound on ``MASTER_PORT``, where torch's
 own TCPStore lives.
+
+Ranks in messages: a sub-group's communicator numbers its ranks 0..n-1, as
+torch does; the backend hands ringleader each one's global rank and torch's
+group name, so verdicts, warnings and dumps name global ranks and the group
+(``rank 3 ... did not enter all_reduce #2 of group 1 (ranks 1-3)``).
 
 Timeouts: the ``timeout`` of ``init_process_group`` becomes ringleader's hard
 collective timeout, except torch's default of 30 minutes, which means "not
@@ -45,7 +55,7 @@ import ringleader
 
 from . import Work as _RLWork
 
-__all__ = ["RingleaderBackend", "communicator", "BACKEND"]
+__all__ = ["RingleaderBackend", "communicator", "BACKEND", "torch_error"]
 
 BACKEND = "ringleader"
 STORE_KEY = "ringleader/store"
@@ -59,6 +69,53 @@ except ImportError:  # pragma: no cover
 _launcher_store_taken = False
 _backends: "weakref.WeakSet[RingleaderBackend]" = weakref.WeakSet()
 _lock = threading.Lock()
+
+
+# Which of PyTorch's exception types each kind raises as: the store's own
+# failures are DistStoreError, the data network's DistNetworkError, and every
+# other failure of a collective DistBackendError, as gloo's and NCCL's are.
+_TORCH_BASE = {
+    "store-unreachable": dist.DistStoreError,
+    "rendezvous-incomplete": dist.DistStoreError,
+    "data-port-unreachable": dist.DistNetworkError,
+    "port-in-use": dist.DistNetworkError,
+}
+
+
+def _torch_class(cls):
+    """``cls`` (a ringleader.Error subclass) made a subclass of PyTorch's type too."""
+    base = _TORCH_BASE.get(cls.kind, dist.DistBackendError)
+    made = type(cls.__name__, (base, cls), {"__module__": __name__, "__doc__": cls.__doc__})
+    made.__qualname__ = cls.__name__
+    return made
+
+
+_TORCH_ERRORS = {cls: _torch_class(cls) for cls in set(ringleader.errors.BY_CODE.values())}
+globals().update({cls.__name__: made for cls, made in _TORCH_ERRORS.items()})
+
+
+def torch_error(e: "ringleader.Error") -> BaseException:
+    """The same failure as PyTorch's exception type (see the module docs)."""
+    cls = _TORCH_ERRORS.get(type(e))
+    if cls is None:
+        return e
+    return cls(str(e), kind=e.kind, ranks=e.ranks, seq=e.seq, op=e.op)
+
+
+def _raises_torch_errors(fn):
+    """Wraps a backend method so ringleader's errors leave as PyTorch's types."""
+
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ringleader.Error as e:
+            converted = torch_error(e)
+            if converted is e:
+                raise
+            raise converted from None
+
+    wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return wrapped
 
 
 def _reduce_op(red) -> str:
@@ -111,7 +168,16 @@ def _ringleader_timeout(timeout) -> Optional[datetime.timedelta]:
     return timeout
 
 
-def _connect(store, rank: int, size: int, timeout):
+def _group_args(global_ranks, group_name) -> dict:
+    """ringleader.init's group arguments: none for the default group, which
+    torch creates before it counts as initialized."""
+    ranks = [int(r) for r in (global_ranks or [])]
+    if not ranks or not dist.is_initialized():
+        return {}
+    return {"group_ranks": ranks, "group_name": str(group_name) if group_name not in (None, "") else None}
+
+
+def _connect(store, rank: int, size: int, timeout, group: dict):
     """Joins (or hosts, as group rank 0) the group's ringleader store; returns (group, own store)."""
     global _launcher_store_taken
     t = _ringleader_timeout(timeout)
@@ -122,7 +188,7 @@ def _connect(store, rank: int, size: int, timeout):
             _launcher_store_taken = True
     if use_launcher:
         # `ringleader launch` hosts the job's store and tracks every rank's liveness there.
-        return ringleader.init(rank=rank, world_size=size, timeout=t), None
+        return ringleader.init(rank=rank, world_size=size, timeout=t, **group), None
     own = None
     if rank == 0:
         run_id = f"torch-{uuid.uuid4().hex[:16]}"
@@ -133,7 +199,9 @@ def _connect(store, rank: int, size: int, timeout):
         store.set(STORE_KEY, json.dumps({"addr": f"{host}:{own.port}", "run_id": run_id}))
     info = json.loads(store.get(STORE_KEY))
     try:
-        pg = ringleader.init(rank=rank, world_size=size, timeout=t, store_addr=info["addr"], run_id=info["run_id"])
+        pg = ringleader.init(
+            rank=rank, world_size=size, timeout=t, store_addr=info["addr"], run_id=info["run_id"], **group
+        )
     except BaseException:
         if own is not None:
             own.close()
@@ -178,6 +246,7 @@ class _TorchWork(dist._Work):
         self._fut = None
         self._fut_lock = threading.Lock()
 
+    @_raises_torch_errors
     def wait(self, timeout=None) -> bool:
         limit = None
         if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
@@ -193,7 +262,8 @@ class _TorchWork(dist._Work):
         return self._w is None or self._w.is_success()
 
     def exception(self):
-        return None if self._w is None else self._w.exception()
+        e = None if self._w is None else self._w.exception()
+        return torch_error(e) if isinstance(e, ringleader.Error) else e
 
     def result(self) -> List[torch.Tensor]:
         return self._result
@@ -267,9 +337,9 @@ class RingleaderBackend(_CBackend):
     ``new_group`` with ``backend="ringleader"``; not meant to be built by hand.
     """
 
-    def __init__(self, store, rank: int, size: int, timeout):
+    def __init__(self, store, rank: int, size: int, timeout, global_ranks=None, group_name=None):
         super().__init__(rank, size)
-        self._rl, self._store = _connect(store, rank, size, timeout)
+        self._rl, self._store = _connect(store, rank, size, timeout, _group_args(global_ranks, group_name))
         self._futures: Optional[_Completer] = None
         self._closed = False
         with _lock:
@@ -509,8 +579,24 @@ class RingleaderBackend(_CBackend):
         self._store.wait_idle(limit)
 
 
-def _create(store, rank, size, timeout):
-    return RingleaderBackend(store, rank, size, timeout)
+# Every operation torch calls raises PyTorch's exception types.
+for _name, _fn in list(vars(RingleaderBackend).items()):
+    if callable(_fn) and not _name.startswith("_") and _name not in ("getBackendName", "name"):
+        setattr(RingleaderBackend, _name, _raises_torch_errors(_fn))
+
+
+@_raises_torch_errors
+def _create(opts, backend_options=None):
+    """torch's extended creator: ``opts`` carries the store, the group rank and
+    size, the timeout, the group's name and its ranks' global numbers."""
+    return RingleaderBackend(
+        opts.store,
+        opts.group_rank,
+        opts.group_size,
+        opts.timeout,
+        global_ranks=list(getattr(opts, "global_ranks_in_group", None) or []),
+        group_name=getattr(opts, "group_id", None),
+    )
 
 
 def communicator(group=None) -> ringleader.ProcessGroup:
@@ -543,4 +629,4 @@ def _devices() -> List[str]:
 
 
 if BACKEND not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND, _create, devices=_devices())
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=_devices())

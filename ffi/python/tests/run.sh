@@ -15,12 +15,7 @@ cargo build --release -q -p ringleader-ffi -p ringleader-cli
 target_dir=$(cargo metadata --format-version 1 --no-deps | "$RINGLEADER_VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
 echo "== pip install ./ffi/python"
-# No build isolation: the venv's setuptools builds the wheel, without the
-# network once it is there (venvs of Python >= 3.12 come without it).
-if ! "$RINGLEADER_VENV/bin/python" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; then
-    "$RINGLEADER_VENV/bin/pip" install -q "setuptools>=77"
-fi
-"$RINGLEADER_VENV/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps ./ffi/python
+install_python_package
 
 echo "== pytest ffi/python/tests"
 cd ffi/python/tests

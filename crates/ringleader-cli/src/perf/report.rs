@@ -4,7 +4,7 @@
 //! algbw = bytes / time; busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n
 //! for all_gather, reduce_scatter and all_to_all (bytes: the total output of
 //! all_gather, the total input of reduce_scatter, the send buffer of
-//! all_to_all), x 1 for broadcast and reduce (DESIGN.md §4).
+//! all_to_all), x 1 for broadcast and reduce (docs/DESIGN.md §4).
 
 use super::sizes::Shape;
 use ringleader_core::{DType, OpKind, ReduceOp};

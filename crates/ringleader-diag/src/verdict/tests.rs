@@ -1,4 +1,4 @@
-//! One test per cause of DESIGN.md §1 that can happen after init, each from
+//! One test per cause of docs/DESIGN.md §1 that can happen after init, each from
 //! synthetic snapshots.
 
 use super::*;
@@ -53,7 +53,7 @@ fn snap(rank: Rank, b: Beat, history: &[(u64, Fingerprint)], obs: Option<Error>)
 }
 
 fn ev(world: usize, peers: Vec<PeerView>, snapshots: Vec<Snapshot>) -> Evidence {
-    Evidence { world_size: world, peers, snapshots, stale_after_ms: 5_000 }
+    Evidence { world_size: world, peers, snapshots, stale_after_ms: 5_000, group: None }
 }
 
 #[test]
