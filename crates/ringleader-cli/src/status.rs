@@ -73,10 +73,7 @@ pub(crate) fn run(args: StatusArgs) -> i32 {
 }
 
 fn watch(args: &StatusArgs) -> Result<()> {
-    let token = match &args.token_env {
-        Some(var) => Some(crate::store::token_from_env(var)?),
-        None => std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty()),
-    };
+    let token = crate::store::token(args.token_env.as_deref())?.map(|(t, _)| t);
     let mut opts = ClientOptions::new(args.run_id.clone());
     opts.role = Role::Tool;
     opts.token = token;
