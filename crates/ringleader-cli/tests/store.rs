@@ -1,7 +1,8 @@
 //! `ringleader store` as a process: the shared secret from RINGLEADER_TOKEN
-//! (or the variable `--token-env` names) and the store's own warnings on its
-//! stderr (filtered by RINGLEADER_LOG), with member connections played by
-//! this test. Every process runs under a hard time limit.
+//! (or the variable `--token-env` names), the store's own warnings on its
+//! stderr (filtered by RINGLEADER_LOG), and `ringleader status --json`
+//! against it, with member connections played by this test. Every process
+//! runs under a hard time limit.
 
 mod common;
 
@@ -75,6 +76,22 @@ fn ringleader_token_is_required_by_default_and_warnings_reach_stderr() {
         drop(client(&addr, Some("s3cret"), Some(1)).unwrap());
         wait_vanished(&mut admitted, 1);
 
+        // `status` finds the store through RINGLEADER_STORE_ADDR and the secret in RINGLEADER_TOKEN.
+        let env = [("RINGLEADER_STORE_ADDR", addr.as_str()), ("RINGLEADER_TOKEN", "s3cret")];
+        let f = run_env(&["status", "--json"], &env, LIMIT);
+        assert_eq!(f.code, Some(0), "{f:#?}");
+        let j: serde_json::Value = serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {f:#?}"));
+        let ranks: Vec<(u64, &str)> = j["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["rank"].as_u64().unwrap(), r["liveness"].as_str().unwrap()))
+            .collect();
+        assert_eq!(ranks, [(0, "connected"), (1, "vanished")], "{j}");
+        assert_eq!((&j["ranks"][0]["state"], &j["ranks"][0]["last_completed"]), (&"idle".into(), &5.into()));
+        let f = run_env(&["status"], &env[..1], LIMIT);
+        assert_eq!(f.code, Some(1), "{f:#?}");
+        assert!(f.stderr.contains("[auth-failed]"), "{f:#?}");
         drop(rank0);
     }));
     run.signal(libc::SIGTERM);
