@@ -27,7 +27,7 @@ use crate::launch::plan::{MasterPort, Plan, Purpose, Sources};
 use crate::launch::{parse_secs, random_run_id, this_host, JobArgs};
 use clap::Args;
 use exchange::NodeReport;
-use report::{Check, Report};
+use report::{Check, Node, Report};
 use ringleader_core::config::{join_host_port, parse_algo, parse_port_range, parse_streams};
 use ringleader_core::{Error, ErrorKind, VERSION};
 use ringleader_store::{ClientOptions, StoreClient};
@@ -40,6 +40,11 @@ Run it on every node, with the options you would give `ringleader launch` (witho
 command); node 0's doctor hosts a temporary store on the store port where the others meet. \
 RINGLEADER_PORT_RANGE, RINGLEADER_IFNAME and RINGLEADER_TOKEN are read as the ranks would \
 read them. Exits 1 when a check failed.
+
+--json prints one object: status (overall: \"ok\", \"warn\" when a check warned, \"fail\" when \
+one failed), checks [{name, status (\"ok\", \"warn\", \"fail\" or \"skip\"), detail, fix (what \
+to do, or null)}], failed, warnings, ok, skipped (counts), node, nnodes, host, version, \
+master_addr, header (the lines above the table).
 
 Example (on each of two nodes):
   ringleader doctor --nnodes 2 --node-rank 0 --master-addr 10.0.0.1
@@ -56,13 +61,22 @@ pub(crate) struct DoctorArgs {
     /// Data ports each doctor listens on and every doctor connects to.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub(crate) ports: usize,
+
+    /// Print the report as one JSON object instead of the table (schema
+    /// below); the exit status is the same.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Runs `ringleader doctor`; returns the process exit code.
 pub(crate) fn run(args: DoctorArgs) -> i32 {
     match diagnose(&args) {
         Ok(report) => {
-            print!("{}", report.render());
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap_or_default());
+            } else {
+                print!("{}", report.render());
+            }
             i32::from(report.failed())
         }
         Err(e) => {
@@ -104,7 +118,14 @@ fn diagnose(args: &DoctorArgs) -> Result<Report> {
     let s = Settings::from_env()?;
     let deadline = Instant::now() + args.timeout;
     let run_id = format!("{}-doctor", plan.run_id);
-    let mut report = Report { header: header(&plan, &host, &s), checks: Vec::new() };
+    let node = Node {
+        node: plan.node_rank,
+        nnodes: plan.nnodes,
+        host: host.clone(),
+        version: s.version.clone(),
+        master_addr: plan.master_addr.clone(),
+    };
+    let mut report = Report { header: header(&plan, &host, &s), node, checks: Vec::new() };
 
     let (check, master_ips) = local::resolution(&plan, s.ifname.as_deref());
     report.push(check);

@@ -17,12 +17,14 @@
 //!
 //! Each has its own clap `Args` struct and a `run` function that returns the process
 //! exit code. Shared plumbing lives in [`signals`] (SIGINT/SIGTERM delivered
-//! as channel messages) and [`error`].
+//! as channel messages), [`error`] and [`logging`] (the store's warnings on
+//! stderr, filtered by RINGLEADER_LOG).
 
 mod analyze;
 mod doctor;
 mod error;
 mod launch;
+mod logging;
 mod perf;
 mod signals;
 mod status;
@@ -61,8 +63,27 @@ enum Command {
     Perf(perf::PerfArgs),
 }
 
+impl Command {
+    /// The subcommand's name, as log lines name their source.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Launch(_) => "launch",
+            Command::Doctor(_) => "doctor",
+            Command::Store(_) => "store",
+            Command::Status(_) => "status",
+            Command::Analyze(_) => "analyze",
+            Command::Perf(_) => "perf",
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    // A perf worker is a rank: the library logs for it (`[ringleader rank R]`
+    // lines, and its own RINGLEADER_LOG subscriber).
+    if !matches!(&cli.command, Command::Perf(p) if p.worker) {
+        logging::init(cli.command.name());
+    }
     let code = match cli.command {
         Command::Launch(args) => launch::run(args),
         Command::Doctor(args) => doctor::run(args),

@@ -12,14 +12,21 @@
 //! `--dump` bumps [`keys::DUMP_REQUEST`], which makes every rank write its
 //! flight-recorder dump; `--watch SECS` repeats the view until Ctrl-C,
 //! at once when the store reports an event (a rank joined, left, vanished,
-//! the job aborted), else every SECS.
+//! the job aborted), else every SECS. `--json` prints the same facts as one
+//! JSON document per view ([`to_json`]).
+//!
+//! Without `--store`, the address comes from RINGLEADER_STORE_ADDR, which
+//! `ringleader launch` sets for its ranks (so `status` run from inside a rank
+//! finds its job).
 
 use crate::error::Result;
 use clap::Args;
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Diagnosis, Rank};
+use ringleader_diag::snapshot::Running;
 use ringleader_diag::Beat;
 use ringleader_store::{keys, ClientOptions, JobStatus, Liveness, RankStatus, Role, StoreClient};
+use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::time::Duration;
@@ -29,17 +36,42 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on each answer of the store (beyond a status long-poll's own wait).
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The variable `ringleader launch` sets to its store's address in every rank.
+const STORE_ADDR_VAR: &str = "RINGLEADER_STORE_ADDR";
+
 /// Arguments of `ringleader status`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 The store is ringleader's, not torch's: `ringleader launch` puts its address in \
-RINGLEADER_STORE_ADDR of every rank (it is not MASTER_PORT).
+RINGLEADER_STORE_ADDR of every rank (it is not MASTER_PORT), and `status` reads it \
+when --store is not given.
+
+--json prints one JSON object per view (pretty-printed; with --watch, one per line):
+  store               the store's address
+  generation          counts the job's events (a rank joined, left or vanished; the abort)
+  world_size          the largest world size a rank declared, or null
+  ranks_known         ranks that ever connected;  ranks_connected: those connected now
+  never_connected     ranks below world_size that never connected
+  ranks[]             one object per rank that ever connected, ascending:
+    rank, host, pid, version
+    liveness            \"connected\", \"left\" or \"vanished\"
+    liveness_for_s      seconds since liveness last changed
+    heartbeat_age_s     seconds since its last heartbeat, or null before the first
+    state               \"running\" (in a collective), \"idle\", \"unknown\" (heartbeat \
+not understood) or \"no-heartbeat\"
+    current             null, or the collective it is in: {op, seq (null for send/recv), \
+call (as printed), fingerprint {op, dtype, count, root?, reduce_op?}, for_s (seconds in it: up \
+to now while connected, else as of its last heartbeat), waiting_for [ranks]}
+    last_started, last_completed   sequence numbers (0: none yet), null without a heartbeat
+  abort, verdict      null, or {message, diagnosis (the verdict's JSON, or null)}
+  exits[]             {rank, ending}: how ranks ended, as their launchers recorded it
+  dump_request        the request number with --dump, else null
 
 Example: ringleader status --store node-a:29501 --watch 2")]
 pub(crate) struct StatusArgs {
-    /// Address of the job's ringleader store.
+    /// Address of the job's ringleader store [default: RINGLEADER_STORE_ADDR].
     #[arg(long, value_name = "HOST:PORT")]
-    pub(crate) store: String,
+    pub(crate) store: Option<String>,
 
     /// Run id of the job (`*`: whichever run the store serves).
     #[arg(long, default_value = "*", value_name = "ID")]
@@ -59,6 +91,29 @@ pub(crate) struct StatusArgs {
     /// RINGLEADER_DUMP_DIR), then show the view.
     #[arg(long)]
     pub(crate) dump: bool,
+
+    /// Print each view as one JSON object (schema below) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The store's address: `--store`, else RINGLEADER_STORE_ADDR (as `env`
+/// reads it), else an `invalid-argument` error naming both.
+fn store_addr(arg: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Result<String> {
+    if let Some(a) = arg {
+        return Ok(a.to_string());
+    }
+    match env(STORE_ADDR_VAR).map(|a| a.trim().to_string()).filter(|a| !a.is_empty()) {
+        Some(a) => Ok(a),
+        None => Err(ringleader_core::Error::invalid(
+            "--store",
+            format!(
+                "no store address: give --store HOST:PORT or set {STORE_ADDR_VAR} (`ringleader launch` sets it in \
+                 every rank)"
+            ),
+        )
+        .into()),
+    }
 }
 
 /// Runs `ringleader status`; returns the process exit code.
@@ -73,37 +128,51 @@ pub(crate) fn run(args: StatusArgs) -> i32 {
 }
 
 fn watch(args: &StatusArgs) -> Result<()> {
-    let token = match &args.token_env {
-        Some(var) => Some(crate::store::token_from_env(var)?),
-        None => std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty()),
-    };
+    let store = store_addr(args.store.as_deref(), |k| std::env::var(k).ok())?;
+    let token = crate::store::token(args.token_env.as_deref())?.map(|(t, _)| t);
     let mut opts = ClientOptions::new(args.run_id.clone());
     opts.role = Role::Tool;
     opts.token = token;
     opts.connect_timeout = CONNECT_TIMEOUT;
     opts.op_timeout = OP_TIMEOUT;
-    let mut client = StoreClient::connect(&args.store, opts)?;
+    let mut client = StoreClient::connect(&store, opts)?;
 
+    let mut dump_request = None;
     if args.dump {
         let n = client.add(keys::DUMP_REQUEST, 1)?;
-        println!(
+        let note = format!(
             "requested a flight-recorder dump from every rank (request #{n}): each writes it \
-             under its RINGLEADER_DUMP_DIR; read them with `ringleader analyze DIR`\n"
+             under its RINGLEADER_DUMP_DIR; read them with `ringleader analyze DIR`"
         );
+        // With --json, stdout holds the JSON alone.
+        if args.json {
+            eprintln!("ringleader status: {note}");
+        } else {
+            println!("{note}\n");
+        }
+        dump_request = Some(n);
     }
-    let clear = args.watch.is_some() && std::io::stdout().is_terminal();
+    let clear = args.watch.is_some() && !args.json && std::io::stdout().is_terminal();
     let mut seen = None;
     loop {
         let wait = if seen.is_some() { args.watch.unwrap_or_default() } else { Duration::ZERO };
         let status = client.status(seen, wait)?;
-        let extra = Extras::read(&mut client)?;
+        let extra = Extras { dump_request, ..Extras::read(&mut client)? };
         let mut text = String::new();
-        if clear {
-            text += "\x1b[H\x1b[2J";
-        }
-        text += &render(&args.store, &status, &extra);
-        if let Some(every) = args.watch {
-            let _ = writeln!(text, "(every {:.1} s and on each job event; Ctrl-C to stop)\n", every.as_secs_f64());
+        if args.json {
+            let doc = to_json(&store, &status, &extra);
+            let printed =
+                if args.watch.is_some() { serde_json::to_string(&doc) } else { serde_json::to_string_pretty(&doc) };
+            text += &printed.unwrap_or_default();
+            text += "\n";
+        } else {
+            if clear {
+                text += "\x1b[H\x1b[2J";
+            }
+            text += &render(&store, &status, &extra);
+            if let Some(every) = args.watch {
+                let _ = writeln!(text, "(every {:.1} s and on each job event; Ctrl-C to stop)\n", every.as_secs_f64());
+            }
         }
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
@@ -123,6 +192,8 @@ pub(crate) struct Extras {
     pub(crate) verdict: Option<Vec<u8>>,
     /// How ranks ended, by rank (`rl/exit/{rank}`).
     pub(crate) exits: Vec<(Rank, String)>,
+    /// The dump request this invocation made (`--dump`), by number.
+    pub(crate) dump_request: Option<i64>,
 }
 
 impl Extras {
@@ -138,7 +209,7 @@ impl Extras {
             }
         }
         exits.sort();
-        Ok(Extras { verdict, exits })
+        Ok(Extras { verdict, exits, dump_request: None })
     }
 }
 
@@ -221,15 +292,95 @@ fn doing(b: &Beat, age: Duration, connected: bool) -> String {
     } else {
         format!("{} #{}{args}", r.fingerprint.op, r.seq)
     };
-    let mut ms = r.running_ms;
-    if connected {
-        ms += age.as_millis() as u64;
-    }
+    let ms = running_ms(r, age, connected);
     let mut s = format!("{}{label} for {:.1} s", if connected { "" } else { "last seen in " }, ms as f64 / 1000.0);
     if !r.awaited_peers.is_empty() {
         let _ = write!(s, ", waiting for {}", fmt_ranks(&r.awaited_peers));
     }
     s
+}
+
+/// How long a rank has been in the collective its heartbeat reports: up to
+/// now while it is connected (the heartbeat is `age` old), else as of the
+/// heartbeat.
+fn running_ms(r: &Running, age: Duration, connected: bool) -> u64 {
+    if connected {
+        r.running_ms + age.as_millis() as u64
+    } else {
+        r.running_ms
+    }
+}
+
+/// The view as JSON (`--json`; the schema is in the help text).
+pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value {
+    let world = status.ranks.iter().filter_map(|r| r.world_size).max();
+    let never: Vec<Rank> = world.map_or(Vec::new(), |w| (0..w).filter(|r| status.rank(*r).is_none()).collect());
+    let ranks: Vec<Value> = status.ranks.iter().map(rank_json).collect();
+    let exits: Vec<Value> = extra.exits.iter().map(|(rank, ending)| json!({"rank": rank, "ending": ending})).collect();
+    json!({
+        "store": store,
+        "generation": status.generation,
+        "world_size": world,
+        "ranks_known": status.ranks.len(),
+        "ranks_connected": status.with(Liveness::Connected).len(),
+        "never_connected": never,
+        "ranks": ranks,
+        "abort": status.abort.as_deref().map(record_json),
+        "verdict": extra.verdict.as_deref().map(record_json),
+        "exits": exits,
+        "dump_request": extra.dump_request,
+    })
+}
+
+/// One rank's object in [`to_json`].
+fn rank_json(r: &RankStatus) -> Value {
+    let connected = r.liveness == Liveness::Connected;
+    let beat = Beat::decode(&r.heartbeat);
+    let state = match (&beat, r.heartbeat_age) {
+        (_, None) => "no-heartbeat",
+        (None, Some(_)) => "unknown",
+        (Some(b), Some(_)) if b.running.is_some() => "running",
+        (Some(_), Some(_)) => "idle",
+    };
+    let current = match (&beat, r.heartbeat_age) {
+        (Some(Beat { running: Some(run), .. }), Some(age)) => {
+            let p2p = run.fingerprint.op.is_p2p();
+            json!({
+                "op": run.fingerprint.op.name(),
+                "seq": if p2p { None } else { Some(run.seq) },
+                "call": run.fingerprint.to_string(),
+                "fingerprint": run.fingerprint,
+                "for_s": secs(Duration::from_millis(running_ms(run, age, connected))),
+                "waiting_for": run.awaited_peers,
+            })
+        }
+        _ => Value::Null,
+    };
+    let beat = beat.filter(|_| r.heartbeat_age.is_some());
+    json!({
+        "rank": r.rank,
+        "host": r.host,
+        "pid": r.pid,
+        "version": r.version,
+        "liveness": r.liveness.to_string(),
+        "liveness_for_s": secs(r.since_change),
+        "heartbeat_age_s": r.heartbeat_age.map(secs),
+        "state": state,
+        "current": current,
+        "last_started": beat.as_ref().map(|b| b.last_started),
+        "last_completed": beat.as_ref().map(|b| b.last_completed),
+    })
+}
+
+/// Seconds, to the millisecond.
+fn secs(d: Duration) -> f64 {
+    d.as_millis() as f64 / 1000.0
+}
+
+/// A record as JSON: its message, and the verdict itself when it is one.
+fn record_json(raw: &[u8]) -> Value {
+    let diagnosis = serde_json::from_slice::<Diagnosis>(raw).ok();
+    json!({"message": record_text(raw), "diagnosis": diagnosis})
 }
 
 /// A record the runtime wrote: a verdict as JSON (printed as its message),
@@ -296,7 +447,8 @@ mod tests {
             ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
             abort: Some(b"rank 1 died".to_vec()),
         };
-        let extra = Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())] };
+        let extra =
+            Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], dump_request: None };
         let text = render("h:1", &status, &extra);
         assert!(text.contains("2 ranks known, 1 connected, world size 3"), "{text}");
         assert!(text.contains("all_reduce #3 (f32 x 4, sum) for 10.0 s, waiting for rank 1"), "{text}");
@@ -307,6 +459,76 @@ mod tests {
         assert!(text.contains("rank 1 killed by signal 9 (SIGKILL)"), "{text}");
         let row0 = text.lines().find(|l| l.starts_with("0 ")).unwrap();
         assert!(row0.ends_with("#2"), "{row0}");
+    }
+
+    #[test]
+    fn json_of_a_stuck_job() {
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 4).with_reduce_op(ReduceOp::Sum);
+        let stuck = Beat {
+            last_started: 3,
+            last_completed: 2,
+            running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+        };
+        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let mut late = rank(3, Liveness::Connected, None);
+        late.world_size = Some(4);
+        let status = JobStatus {
+            generation: 4,
+            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle)), late],
+            abort: Some(b"rank 1 died".to_vec()),
+        };
+        let extra =
+            Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], dump_request: Some(2) };
+        let j = to_json("h:1", &status, &extra);
+        assert_eq!(j["store"], "h:1");
+        assert_eq!(j["generation"], 4);
+        assert_eq!(j["world_size"], 4);
+        assert_eq!(j["ranks_known"], 3);
+        assert_eq!(j["ranks_connected"], 2);
+        assert_eq!(j["never_connected"], json!([2]));
+        let r0 = &j["ranks"][0];
+        assert_eq!(r0["rank"], 0);
+        assert_eq!(r0["host"], "node-a");
+        assert_eq!(r0["pid"], 100);
+        assert_eq!(r0["liveness"], "connected");
+        assert_eq!(r0["heartbeat_age_s"], 0.4);
+        assert_eq!(r0["state"], "running");
+        assert_eq!(r0["current"]["op"], "all_reduce");
+        assert_eq!(r0["current"]["seq"], 3);
+        assert_eq!(r0["current"]["call"], "all_reduce(f32 x 4, sum)");
+        assert_eq!(r0["current"]["fingerprint"]["dtype"], "f32");
+        assert_eq!(r0["current"]["for_s"], 10.0);
+        assert_eq!(r0["current"]["waiting_for"], json!([1]));
+        assert_eq!(r0["last_started"], 3);
+        assert_eq!(r0["last_completed"], 2);
+        let r1 = &j["ranks"][1];
+        assert_eq!(r1["liveness"], "vanished");
+        assert_eq!(r1["liveness_for_s"], 2.5);
+        assert_eq!(r1["state"], "idle");
+        assert_eq!(r1["current"], Value::Null);
+        let r3 = &j["ranks"][2];
+        assert_eq!(r3["state"], "no-heartbeat");
+        assert_eq!(r3["heartbeat_age_s"], Value::Null);
+        assert_eq!(r3["last_completed"], Value::Null);
+        assert_eq!(j["abort"]["message"], "rank 1 died");
+        assert_eq!(j["abort"]["diagnosis"], Value::Null);
+        assert_eq!(j["verdict"], Value::Null);
+        assert_eq!(j["exits"], json!([{"rank": 1, "ending": "killed by signal 9 (SIGKILL)"}]));
+        assert_eq!(j["dump_request"], 2);
+    }
+
+    #[test]
+    fn store_address_falls_back_to_the_launchers_variable() {
+        let env =
+            |v: Option<&'static str>| move |k: &str| (k == STORE_ADDR_VAR).then_some(v).flatten().map(String::from);
+        assert_eq!(store_addr(Some("a:1"), env(Some("b:2"))).unwrap(), "a:1");
+        assert_eq!(store_addr(None, env(Some(" b:2 "))).unwrap(), "b:2");
+        for unset in [None, Some(""), Some("  ")] {
+            let e = store_addr(None, env(unset)).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            let msg = e.to_string();
+            assert!(msg.contains("--store") && msg.contains(STORE_ADDR_VAR), "{msg}");
+        }
     }
 
     #[test]
@@ -323,6 +545,9 @@ mod tests {
         let raw = serde_json::to_vec(&d).unwrap();
         assert_eq!(record_text(&raw), "[peer-died] rank 1 died");
         assert_eq!(record_text(b"plain\n"), "plain");
+        let j = record_json(&raw);
+        assert_eq!(j["message"], "[peer-died] rank 1 died");
+        assert_eq!(j["diagnosis"]["culprits"], json!([1]));
     }
 
     #[test]

@@ -43,3 +43,45 @@ fn a_malformed_port_range_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("RINGLEADER_PORT_RANGE"), "{out:?}");
 }
+
+/// The checks of a `--json` report, by name: (status, detail).
+fn checks_of(j: &serde_json::Value) -> std::collections::HashMap<String, (String, String)> {
+    let field = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_else(|| panic!("{k} in {c}")).to_string();
+    j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (field(c, "name"), (field(c, "status"), field(c, "detail"))))
+        .collect()
+}
+
+#[test]
+fn json_report_has_every_check_and_the_same_exit_status() {
+    let f = run(&["doctor", "--timeout", "5", "--json"], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    let j: serde_json::Value = serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {f:#?}"));
+    let checks = checks_of(&j);
+    for row in
+        ["MASTER_ADDR resolves", "store port free", "data ports listen", "store reachable", "data ports reachable"]
+    {
+        assert_eq!(checks.get(row).map(|c| c.0.as_str()), Some("ok"), "{row}: {j}");
+    }
+    assert!(checks.contains_key("OOM kills"), "{j}");
+    // OOM kills on this machine may warn; nothing fails.
+    assert!(j["status"] == "ok" || j["status"] == "warn", "{j}");
+    assert_eq!((&j["failed"], &j["node"], &j["nnodes"]), (&0.into(), &0.into(), &1.into()), "{j}");
+
+    let holder = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let f = run(&["doctor", "--store-port", &port, "--timeout", "3", "--json"], LIMIT);
+    assert_eq!(f.code, Some(1), "{f:#?}");
+    let j: serde_json::Value = serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {f:#?}"));
+    assert_eq!(j["status"], "fail", "{j}");
+    let checks = checks_of(&j);
+    let (status, detail) = &checks["store port free"];
+    assert_eq!(status, "fail", "{j}");
+    assert!(detail.contains(&format!("pid {}", std::process::id())), "{j}");
+    assert_eq!(checks["cross-node checks"].0, "skip", "{j}");
+    let fix = j["checks"].as_array().unwrap().iter().find(|c| c["name"] == "store port free").unwrap()["fix"].clone();
+    assert!(fix.as_str().is_some_and(|f| !f.is_empty()), "{j}");
+}

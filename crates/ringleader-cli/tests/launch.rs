@@ -552,3 +552,64 @@ fn standalone_store_serves_until_sigterm() {
     assert_eq!(checked, Some((true, b"v".to_vec())), "first line {line:?}, {f:#?}");
     assert_eq!(f.code, Some(0), "{f:#?}");
 }
+
+/// Not a test of its own: the rank program of
+/// `store_warnings_reach_the_launchers_stderr` (this test binary, run by the
+/// launcher); without RL_TEST_VANISHING_RANK it returns at once. Rank 0 joins
+/// the launcher's store as a member and kills itself with SIGKILL; rank 1
+/// joins, waits (bounded) until the store has seen rank 0 vanish, leaves
+/// and exits 0.
+#[test]
+fn vanishing_rank() {
+    if std::env::var_os("RL_TEST_VANISHING_RANK").is_none() {
+        return;
+    }
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set"));
+    let rank: usize = var("RANK").parse().unwrap();
+    let world: usize = var("WORLD_SIZE").parse().unwrap();
+    let mut opts = ClientOptions::new(var("RINGLEADER_RUN_ID")).member(rank, world);
+    opts.connect_timeout = Duration::from_secs(10);
+    opts.op_timeout = Duration::from_secs(10);
+    let mut member = StoreClient::connect(&var("RINGLEADER_STORE_ADDR"), opts).unwrap();
+    if rank == 0 {
+        // SAFETY: kill(2) on this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + LIMIT;
+    while !member.status(None, Duration::ZERO).unwrap().with(ringleader_store::Liveness::Vanished).contains(&0) {
+        assert!(Instant::now() < deadline, "rank 0 never vanished");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    member.leave().unwrap();
+    std::process::exit(0);
+}
+
+#[test]
+fn store_warnings_reach_the_launchers_stderr() {
+    let exe = std::env::current_exe().unwrap();
+    let rank_cmd = [exe.to_str().unwrap(), "--exact", "vanishing_rank", "--nocapture", "--test-threads", "1"];
+    // RINGLEADER_LOG empty: the default (warn).
+    for (log, shown) in [("", true), ("off", false)] {
+        let mut args = vec!["launch", "--nproc-per-node", "2", "--grace", "10", "--"];
+        args.extend_from_slice(&rank_cmd);
+        let f = start(&args, &[("RL_TEST_VANISHING_RANK", "1"), ("RINGLEADER_LOG", log)]).finish(LIMIT);
+        assert_eq!(f.code, Some(137), "{f:#?}");
+        let line = f.stderr.lines().find(|l| l.contains("rank 0 (pid ")).unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(line.contains("killed by signal 9 (SIGKILL"), "{line:?} in {f:#?}");
+        let warned = f
+            .stderr
+            .lines()
+            .any(|l| l.starts_with("[ringleader store] warning: rank vanished without leaving rank=0 "));
+        assert_eq!(warned, shown, "RINGLEADER_LOG={log:?}: {f:#?}");
+        if !shown {
+            assert!(!f.stderr.contains("[ringleader "), "RINGLEADER_LOG=off printed: {f:#?}");
+        }
+        // Every line whole: a rank's (prefixed), the launcher's or the store's.
+        for l in f.stderr.lines() {
+            assert!(
+                l.starts_with("[rank") || l.starts_with("ringleader launch: ") || l.starts_with("[ringleader store] "),
+                "{l:?} in {f:#?}"
+            );
+        }
+    }
+}

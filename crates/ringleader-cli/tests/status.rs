@@ -1,13 +1,14 @@
 //! `ringleader status` against a store hosted in the test, with a member
 //! connection that heartbeats a [`Beat`] as a rank stuck in a collective
-//! would.
+//! would. (`store.rs` runs it against a `ringleader store` process.)
 
 mod common;
 
-use common::{run, start};
+use common::{run, run_env, start};
 use ringleader_core::{DType, Fingerprint, OpKind, ReduceOp};
 use ringleader_diag::snapshot::{Beat, Running};
 use ringleader_store::{keys, ClientOptions, ServerOptions, StoreClient, StoreServer};
+use serde_json::Value;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -96,4 +97,75 @@ fn unreachable_store_or_wrong_secret_fails_with_the_kind() {
     assert_eq!(f.code, Some(2), "{f:#?}");
     assert!(f.stderr.contains("RL_TEST_UNSET_VAR"), "{f:#?}");
     server.shutdown();
+}
+
+/// Parses `--json` output, failing the test with the output if it does not.
+fn parse(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn json_holds_every_rank_and_the_job() {
+    let (server, _rank0, addr) = stuck_job();
+    let mut rank1 = StoreClient::connect(&addr, ClientOptions::new("job-9").member(1, 2)).unwrap();
+    rank1.heartbeat(&Beat { last_started: 2, last_completed: 2, running: None }.encode()).unwrap();
+    rank1.leave().unwrap();
+    let f = run(&["status", "--store", &addr, "--json"], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    let j = parse(&f.stdout);
+    assert_eq!(j["store"], addr.as_str());
+    assert_eq!((&j["world_size"], &j["ranks_known"], &j["ranks_connected"]), (&2.into(), &2.into(), &1.into()));
+    assert_eq!(j["never_connected"], serde_json::json!([]));
+    let ranks = j["ranks"].as_array().unwrap();
+    assert_eq!(ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1]);
+    let r0 = &ranks[0];
+    assert_eq!(r0["pid"], std::process::id());
+    assert_eq!(r0["liveness"], "connected");
+    assert_eq!(r0["state"], "running");
+    assert_eq!(r0["current"]["op"], "all_reduce");
+    assert_eq!(r0["current"]["seq"], 3);
+    assert_eq!(r0["current"]["call"], "all_reduce(f32 x 1024, sum)");
+    assert!(r0["current"]["for_s"].as_f64().unwrap() >= 12.0, "{r0}");
+    assert_eq!(r0["current"]["waiting_for"], serde_json::json!([1]));
+    assert_eq!((&r0["last_started"], &r0["last_completed"]), (&3.into(), &2.into()));
+    assert!(r0["heartbeat_age_s"].as_f64().is_some(), "{r0}");
+    let r1 = &ranks[1];
+    assert_eq!((&r1["liveness"], &r1["state"], &r1["current"]), (&"left".into(), &"idle".into(), &Value::Null));
+    assert_eq!(j["exits"], serde_json::json!([{"rank": 1, "ending": "killed by signal 9 (SIGKILL)"}]));
+    assert_eq!((&j["abort"], &j["verdict"], &j["dump_request"]), (&Value::Null, &Value::Null, &Value::Null));
+
+    // --dump: the note goes to stderr, stdout stays JSON.
+    let f = run(&["status", "--store", &addr, "--json", "--dump"], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    assert_eq!(parse(&f.stdout)["dump_request"], 1);
+    assert!(f.stderr.contains("requested a flight-recorder dump"), "{f:#?}");
+    server.shutdown();
+}
+
+#[test]
+fn json_watch_prints_one_object_per_line() {
+    let (server, _rank0, addr) = stuck_job();
+    let f = start(&["status", "--store", &addr, "--json", "--watch", "0.2"]).stop_after(Duration::from_millis(1500));
+    let views: Vec<Value> = f.stdout.lines().map(parse).collect();
+    assert!(views.len() >= 2, "expected repeated views: {f:#?}");
+    assert!(views.iter().all(|v| v["ranks"][0]["rank"] == 0), "{f:#?}");
+    server.shutdown();
+}
+
+#[test]
+fn the_store_address_defaults_to_the_launchers_variable() {
+    let (server, _rank0, addr) = stuck_job();
+    let f = run_env(&["status", "--json"], &[("RINGLEADER_STORE_ADDR", &addr)], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    let j = parse(&f.stdout);
+    assert_eq!(j["store"], addr.as_str());
+    assert_eq!(j["ranks"][0]["state"], "running");
+    // --store wins over the variable.
+    let f = run_env(&["status", "--store", &addr], &[("RINGLEADER_STORE_ADDR", "127.0.0.1:1")], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    server.shutdown();
+
+    let f = run(&["status"], LIMIT);
+    assert_eq!(f.code, Some(2), "{f:#?}");
+    assert!(f.stderr.contains("--store") && f.stderr.contains("RINGLEADER_STORE_ADDR"), "{f:#?}");
 }

@@ -1,6 +1,8 @@
 //! The doctor's verdict: one row per check (status, name, what was found)
-//! and, for a failure or a warning, what to do about it.
+//! and, for a failure or a warning, what to do about it; as a table, or as
+//! JSON (`--json`).
 
+use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// How a check came out.
@@ -22,6 +24,16 @@ impl Status {
             Status::Ok => "ok",
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        }
+    }
+
+    /// The status in JSON: `ok`, `warn`, `fail` or `skip`.
+    fn json_name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
             Status::Skip => "skip",
         }
     }
@@ -62,11 +74,29 @@ impl Check {
     }
 }
 
+/// Which node ran the checks, for the JSON report (the table says it in
+/// its header).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Node {
+    /// This node's rank.
+    pub(crate) node: usize,
+    /// Nodes in the job.
+    pub(crate) nnodes: usize,
+    /// This host's name.
+    pub(crate) host: String,
+    /// The ringleader version this node runs.
+    pub(crate) version: String,
+    /// MASTER_ADDR, as given.
+    pub(crate) master_addr: String,
+}
+
 /// Every check of one doctor run, in the order made.
 #[derive(Debug, Default)]
 pub(crate) struct Report {
     /// The lines above the table (which node, which addresses).
     pub(crate) header: Vec<String>,
+    /// Which node ran the checks.
+    pub(crate) node: Node,
     /// The rows.
     pub(crate) checks: Vec<Check>,
 }
@@ -80,6 +110,46 @@ impl Report {
     /// Whether any check failed (the doctor then exits 1).
     pub(crate) fn failed(&self) -> bool {
         self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    /// The overall status: `fail` when a check failed, else `warn` when one
+    /// warned, else `ok`.
+    fn overall(&self) -> Status {
+        let any = |s: Status| self.checks.iter().any(|c| c.status == s);
+        if any(Status::Fail) {
+            Status::Fail
+        } else if any(Status::Warn) {
+            Status::Warn
+        } else {
+            Status::Ok
+        }
+    }
+
+    /// The report as one JSON object (`--json`): `status` (overall: `ok`,
+    /// `warn` or `fail`), `checks` (each `{name, status, detail, fix}`, status
+    /// `ok`, `warn`, `fail` or `skip`, fix null for ok and skip), the counts,
+    /// which node ran them, and the header lines.
+    pub(crate) fn to_json(&self) -> Value {
+        let checks: Vec<Value> = self
+            .checks
+            .iter()
+            .map(|c| json!({"name": c.name, "status": c.status.json_name(), "detail": c.detail, "fix": c.fix}))
+            .collect();
+        let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
+        json!({
+            "status": self.overall().json_name(),
+            "failed": count(Status::Fail),
+            "warnings": count(Status::Warn),
+            "ok": count(Status::Ok),
+            "skipped": count(Status::Skip),
+            "node": self.node.node,
+            "nnodes": self.node.nnodes,
+            "host": self.node.host,
+            "version": self.node.version,
+            "master_addr": self.node.master_addr,
+            "header": self.header,
+            "checks": checks,
+        })
     }
 
     /// The table, for stdout.
@@ -114,7 +184,7 @@ mod tests {
 
     #[test]
     fn table_names_failures_and_their_fix() {
-        let mut r = Report { header: vec!["ringleader doctor: node 0 of 1".into()], checks: vec![] };
+        let mut r = Report { header: vec!["ringleader doctor: node 0 of 1".into()], ..Report::default() };
         r.push(Check::ok("store reachable", "10.0.0.1:29501"));
         r.push(Check::fail("data ports reachable", "node 1 cannot reach node 0", "open the ports"));
         r.push(Check::warn("OOM kills", "1 kill", "look"));
@@ -133,5 +203,30 @@ mod tests {
         fine.push(Check::skip("x", "y"));
         assert!(!fine.failed());
         assert!(fine.render().ends_with("ready to launch\n"));
+    }
+
+    #[test]
+    fn json_has_every_check_and_the_overall_status() {
+        let node = Node { node: 1, nnodes: 2, host: "node-b".into(), version: "0.1.0".into(), master_addr: "a".into() };
+        let mut r = Report { header: vec!["h".into()], node, checks: vec![] };
+        r.push(Check::ok("store reachable", "10.0.0.1:29501"));
+        assert_eq!(r.to_json()["status"], "ok");
+        r.push(Check::warn("OOM kills", "1 kill", "look"));
+        r.push(Check::skip("cross-node checks", "why"));
+        assert_eq!(r.to_json()["status"], "warn");
+        r.push(Check::fail("data ports reachable", "node 1 cannot reach node 0", "open the ports"));
+        let j = r.to_json();
+        assert_eq!(j["status"], "fail");
+        assert_eq!((j["failed"].as_u64(), j["warnings"].as_u64(), j["ok"].as_u64()), (Some(1), Some(1), Some(1)));
+        assert_eq!(j["skipped"], 1);
+        assert_eq!((&j["node"], &j["nnodes"], &j["host"]), (&json!(1), &json!(2), &json!("node-b")));
+        assert_eq!(j["header"], json!(["h"]));
+        assert_eq!(
+            j["checks"][0],
+            json!({"name": "store reachable", "status": "ok", "detail": "10.0.0.1:29501", "fix": null})
+        );
+        assert_eq!(j["checks"][1]["status"], "warn");
+        assert_eq!(j["checks"][2]["status"], "skip");
+        assert_eq!(j["checks"][3]["fix"], "open the ports");
     }
 }

@@ -3,10 +3,11 @@
 
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,32 +31,66 @@ pub(crate) struct Running {
     started: Instant,
     stdout: JoinHandle<String>,
     stderr: JoinHandle<String>,
+    /// Each line of stdout as it comes.
+    stdout_lines: Receiver<String>,
 }
 
 /// Starts `ringleader ARGS` in its own process group.
 pub(crate) fn start(args: &[&str]) -> Running {
-    let mut child = Command::new(BIN)
-        .args(args)
+    start_env(args, &[])
+}
+
+/// Starts `ringleader ARGS` in its own process group, with the variables
+/// `env` set. The settings the tests depend on (RINGLEADER_TOKEN,
+/// RINGLEADER_STORE_ADDR, RINGLEADER_LOG) are removed from what it
+/// inherits, so only `env` sets them.
+pub(crate) fn start_env(args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_remove("RINGLEADER_TOKEN")
-        .process_group(0)
-        .spawn()
-        .expect("start ringleader");
-    let collect = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = collect(Box::new(child.stdout.take().unwrap()));
-    let stderr = collect(Box::new(child.stderr.take().unwrap()));
-    Running { child, started: Instant::now(), stdout, stderr }
+        .env_remove("RINGLEADER_STORE_ADDR")
+        .env_remove("RINGLEADER_LOG")
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start ringleader");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, stdout_lines) = mpsc::channel();
+    let stdout = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut line = String::new();
+        while matches!(out.read_line(&mut line), Ok(n) if n > 0) {
+            all += &line;
+            let _ = tx.send(std::mem::take(&mut line));
+        }
+        all
+    });
+    let mut err = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    Running { child, started: Instant::now(), stdout, stderr, stdout_lines }
 }
 
 impl Running {
+    /// The next line it prints on stdout (without the newline), waiting at
+    /// most `limit`; `None` past it or at the end of its output.
+    pub(crate) fn stdout_line(&self, limit: Duration) -> Option<String> {
+        self.stdout_lines.recv_timeout(limit).ok().map(|l| l.trim_end_matches('\n').to_string())
+    }
+
+    /// Sends `sig` to it (not to its process group).
+    pub(crate) fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
     /// Waits at most `limit` from the start; past it, kills the process
     /// group and fails the test with what was printed so far.
     pub(crate) fn finish(self, limit: Duration) -> Finished {
@@ -95,6 +130,12 @@ impl Running {
 /// Runs `ringleader ARGS` to its end, within `limit`.
 pub(crate) fn run(args: &[&str], limit: Duration) -> Finished {
     start(args).finish(limit)
+}
+
+/// Runs `ringleader ARGS` with the variables `env` set (see [`start_env`])
+/// to its end, within `limit`.
+pub(crate) fn run_env(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Finished {
+    start_env(args, env).finish(limit)
 }
 
 /// A scratch directory for one test, removed when dropped.
