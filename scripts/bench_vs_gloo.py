@@ -116,20 +116,27 @@ def sizes_of(args):
 
 
 def shape_of(op, nbytes, n):
-    """(in_len, out_len, count, bytes) as `ringleader perf` computes them, or None."""
+    """(in_len, out_len, count, bytes) as `ringleader perf` computes them, or None.
+
+    count is nccl-tests' count column, per rank: each rank's input of
+    all_gather, each rank's output of reduce_scatter, what each rank sends
+    each peer in all_to_all, the buffer of the others; bytes is the larger
+    buffer (the size column, what algbw divides by).
+    """
     elems = nbytes // ELEM
     per = elems // n
     if op == "all_gather":
-        shape = (per, per * n, per * n)
+        in_len, out_len, count = per, per * n, per
     elif op == "reduce_scatter":
-        shape = (per * n, per, per * n)
+        in_len, out_len, count = per * n, per, per
     elif op == "all_to_all":
-        shape = (per * n, per * n, per * n)
+        in_len, out_len, count = per * n, per * n, per
     else:
-        shape = (elems, 0, elems)
-    if shape[2] == 0:
+        in_len, out_len, count = elems, 0, elems
+    total = max(in_len, out_len)
+    if total == 0:
         return None
-    return shape + (shape[2] * ELEM,)
+    return in_len, out_len, count, total * ELEM
 
 
 def bus_factor(op, n):

@@ -1,5 +1,6 @@
 //! `ringleader perf`: an nccl-tests-style benchmark over N local ranks that
-//! it starts itself (docs/DESIGN.md §3, §4).
+//! it starts itself (docs/DESIGN.md §3, §4), printing nccl-tests' table so that
+//! tools which read nccl-tests' output read it too.
 //!
 //! The command plays two parts:
 //! - the **parent** ([`parent`]) hosts a ringleader store in-process, as
@@ -8,15 +9,17 @@
 //!   environment; it forwards their output, enforces an overall time limit,
 //!   and names the rank that failed, how, and what it last printed;
 //! - each **worker** ([`worker`]) joins with `Communicator::from_env()` and
-//!   runs the benchmark loop ([`bench`](mod@bench)): per size, warm-up, barrier, timed
-//!   calls, the slowest rank's mean time (all_reduce max), then one checked
-//!   call on fresh inputs ([`check`]) whose wrong elements are summed over
-//!   the ranks. Rank 0 prints nccl-tests' table ([`report`]) and appends
-//!   the JSON lines.
+//!   runs the benchmark loop ([`bench`](mod@bench)): per size, out of place
+//!   then in place, warm-up, barrier, timed iterations, the time combined
+//!   over the ranks, then checked iterations on fresh inputs ([`check`])
+//!   whose wrong elements are summed over the ranks. Rank 0 prints
+//!   nccl-tests' table ([`report`]) and appends the JSON lines.
 //!
 //! Sizes parse as nccl-tests' (`-b 8 -e 64M -f 2`, [`sizes`]), or come as a
-//! list (`--sizes 8,1M,64M`). The exit status is 0 when every result was
-//! right, 1 when a result was wrong or a rank failed, 2 for bad arguments.
+//! list (`--sizes 8,1M,64M`). The other options follow nccl-tests' where
+//! they fit a CPU library (`-d -o -r -n -w -m -a -c -z`); `-G` (CUDA graphs)
+//! is refused unless 0. The exit status is 0 when every result was right,
+//! 1 when a result was wrong or a rank failed, 2 for bad arguments.
 
 mod bench;
 mod check;
@@ -29,6 +32,7 @@ mod sim;
 mod sizes;
 mod worker;
 
+use bench::Average;
 use clap::Args;
 use ringleader_core::{DType, Error, OpKind, ReduceOp};
 use std::path::PathBuf;
@@ -44,15 +48,38 @@ pub(crate) const WRONG_RESULTS: i32 = 3;
 /// Arguments of `ringleader perf`. Short options follow nccl-tests'.
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "\
-busbw = algbw x 2(n-1)/n for all_reduce; x (n-1)/n for all_gather, reduce_scatter and \
-all_to_all (size: the total output of all_gather, the total input of reduce_scatter, the \
-send buffer of all_to_all); x 1 for broadcast and reduce. time = mean per call on the \
-slowest rank.
+Output: nccl-tests' table. Header lines start with '#' (# nThread ... minBytes ..., # Using devices \
+and one line per rank: host, pid, device -1 [cpu], transport and CPU), then one line per size of \
+13 fields: size count type redop root, then time algbw busbw #wrong out of place, the same four in \
+place; '# Out of bounds values' and '# Avg bus bandwidth' close it. N/A marks a field not measured \
+(#wrong with -c 0).
+
+count is per rank, as nccl-tests counts it: the buffer of all_reduce, broadcast and reduce; each \
+rank's input of all_gather; each rank's output of reduce_scatter; what each rank sends to each \
+peer in all_to_all. size is the larger buffer in bytes (all_gather: n x count elements, the \
+output; reduce_scatter: the input; all_to_all: the send buffer).
+
+busbw = algbw x 2(n-1)/n for all_reduce; x (n-1)/n for all_gather, reduce_scatter and all_to_all; \
+x 1 for broadcast and reduce.
+
+Out of place and in place: ringleader's all_reduce, broadcast and reduce work in place, its \
+all_gather, reduce_scatter and all_to_all out of place (overlapping buffers are refused). The \
+other form is run the way a caller gets it, with a copy inside the timed loop: out-of-place \
+all_reduce copies the send buffer into the receive buffer, then reduces in place (broadcast and \
+reduce: the root copies); in-place all_gather copies the rank's slice of the output into a separate \
+input; in-place reduce_scatter writes a separate output, then copies it into the rank's slice of \
+the input; in-place all_to_all copies the buffer into a separate send buffer. The header names the \
+emulated group. With --device cuda only the API's own form is measured; the other group prints N/A.
+
+Defaults that differ from nccl-tests': -a 3 (nccl-tests: 1), -z 1 (nccl-tests: 0), -n adaptive \
+(nccl-tests: 20), -w 3 (nccl-tests: 5), -b 8 -e 64M -f 2. nccl-tests' --op is the reduce op; here \
+--op is the collective (nccl-tests has one program per collective) and the reduce op is -o/--redop.
 
 Example: ringleader perf --op all_reduce --nproc 4 -b 8 -e 64M -f 2 --json results.jsonl")]
 pub(crate) struct PerfArgs {
     /// The collective: all_reduce, all_gather, reduce_scatter, broadcast,
-    /// reduce or all_to_all.
+    /// reduce or all_to_all (nccl-tests' program names also: allreduce,
+    /// alltoall, all_gather_perf, ...).
     #[arg(long, default_value = "all_reduce", value_parser = parse_op, value_name = "OP")]
     pub(crate) op: OpKind,
 
@@ -78,12 +105,14 @@ pub(crate) struct PerfArgs {
           conflicts_with_all = ["min_bytes", "max_bytes", "step_factor"])]
     pub(crate) sizes: Vec<u64>,
 
-    /// Element type: f32, f64, f16, bf16, i8, u8, i32, i64.
-    #[arg(short = 'd', long, default_value = "f32", value_parser = parse_dtype, value_name = "TYPE")]
+    /// Element type: float, double, half, bfloat16, int8, uint8, int32,
+    /// int64 (nccl-tests' names), or f32, f64, f16, bf16, i8, u8, i32, i64.
+    #[arg(short = 'd', long, visible_alias = "datatype", default_value = "f32", value_parser = parse_dtype,
+          value_name = "TYPE")]
     pub(crate) dtype: DType,
 
     /// Reduce op of all_reduce, reduce_scatter and reduce: sum, prod, min,
-    /// max, avg.
+    /// max, avg (nccl-tests' -o).
     #[arg(short = 'o', long, default_value = "sum", value_parser = parse_redop, value_name = "OP")]
     pub(crate) redop: ReduceOp,
 
@@ -91,13 +120,43 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'r', long, default_value_t = 0, value_name = "RANK")]
     pub(crate) root: usize,
 
-    /// Timed calls per size [default: adaptive, about 0.3 s per size, 5 to 1000].
+    /// Timed iterations per size and column group [default: adaptive,
+    /// about 0.3 s each, 5 to 1000].
     #[arg(short = 'n', long, value_name = "I")]
     pub(crate) iters: Option<usize>,
 
-    /// Warm-up calls per size.
-    #[arg(short = 'w', long, default_value_t = 3, value_name = "W")]
+    /// Warm-up iterations per size and column group.
+    #[arg(short = 'w', long, visible_alias = "warmup_iters", default_value_t = 3, value_name = "W")]
     pub(crate) warmup: usize,
+
+    /// Operations per iteration (nccl-tests' aggregated iterations): issued
+    /// back to back; the time is per operation. Without blocking (-z 0)
+    /// each is in flight at once on buffers of its own.
+    #[arg(short = 'm', long = "agg_iters", visible_alias = "agg-iters", default_value_t = 1, value_name = "M")]
+    pub(crate) agg_iters: usize,
+
+    /// Check the results: 0 off (#wrong prints N/A), N: N checked
+    /// iterations per size and column group, on fresh inputs.
+    #[arg(short = 'c', long, default_value_t = 1, value_name = "N")]
+    pub(crate) check: usize,
+
+    /// How the ranks' times combine: 0 rank 0's, 1 the mean, 2 the fastest
+    /// rank's, 3 the slowest rank's (nccl-tests' default is 1).
+    #[arg(short = 'a', long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=3),
+          value_name = "0-3")]
+    pub(crate) average: u8,
+
+    /// 1: each operation completes (a blocking call) before the next
+    /// starts; 0: each iteration submits its -m operations through the
+    /// asynchronous API, then waits for them (nccl-tests' default is 0).
+    #[arg(short = 'z', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1),
+          value_name = "0|1")]
+    pub(crate) blocking: u8,
+
+    /// CUDA graph launches (nccl-tests' -G): only 0 is accepted; ringleader
+    /// runs its collectives on the CPU, so there is no graph to capture.
+    #[arg(short = 'G', long, default_value_t = 0, value_name = "0")]
+    pub(crate) cudagraph: u32,
 
     /// Append one JSON line per size to FILE.
     #[arg(long, value_name = "FILE")]
@@ -122,15 +181,35 @@ pub(crate) struct PerfArgs {
     pub(crate) worker: bool,
 }
 
+/// The collective named `s`: ringleader's name, or nccl-tests' (its
+/// programs are `all_reduce_perf`, `alltoall_perf`, ...; underscores,
+/// case and the `_perf` suffix do not matter).
 fn parse_op(s: &str) -> Result<OpKind, String> {
-    OpKind::parse(s).filter(|op| OPS.contains(op)).ok_or_else(|| {
-        let names: Vec<&str> = OPS.iter().map(|o| o.name()).collect();
-        format!("{s:?} is not one of {}", names.join(", "))
-    })
+    let squash = |n: &str| n.to_ascii_lowercase().trim_end_matches("_perf").replace('_', "");
+    if let Some(op) = OPS.into_iter().find(|o| squash(o.name()) == squash(s)) {
+        return Ok(op);
+    }
+    let names: Vec<&str> = OPS.iter().map(|o| o.name()).collect();
+    let mut msg = format!("{s:?} is not one of {}", names.join(", "));
+    if ReduceOp::parse(s).is_some() {
+        msg += "; --op names the collective here (nccl-tests has one program per collective): the reduce \
+                op is -o/--redop";
+    }
+    Err(msg)
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
-    DType::parse(s).ok_or_else(|| format!("{s:?} is not one of f32, f64, f16, bf16, i8, u8, i32, i64"))
+    DType::parse(s).ok_or_else(|| {
+        let mut msg = format!(
+            "{s:?} is not one of float, double, half, bfloat16, int8, uint8, int32, int64 \
+             (or f32, f64, f16, bf16, i8, u8, i32, i64)"
+        );
+        let l = s.to_ascii_lowercase();
+        if ["uint32", "uint64", "u32", "u64", "f8e4m3", "f8e5m2", "fp8_e4m3", "fp8_e5m2", "all"].contains(&l.as_str()) {
+            msg += "; nccl-tests has it, ringleader's collectives do not";
+        }
+        msg
+    })
 }
 
 fn parse_redop(s: &str) -> Result<ReduceOp, String> {
@@ -161,6 +240,20 @@ impl PerfArgs {
         if self.iters == Some(0) {
             return Err(Error::invalid("-n/--iters", "must be at least 1"));
         }
+        if self.agg_iters == 0 {
+            return Err(Error::invalid("-m/--agg_iters", "must be at least 1"));
+        }
+        if self.cudagraph != 0 {
+            return Err(Error::invalid(
+                "-G/--cudagraph",
+                format!(
+                    "{} graph launches asked for, but CUDA graphs capture GPU kernel launches and ringleader runs \
+                     its collectives on the CPU (with --device cuda too: it stages device buffers through host \
+                     memory), so there is nothing to capture; leave -G out or pass -G 0",
+                    self.cudagraph
+                ),
+            ));
+        }
         if self.device == "cuda" && !cfg!(feature = "cuda") {
             return Err(Error::invalid(
                 "--device",
@@ -182,6 +275,15 @@ impl PerfArgs {
         list
     }
 
+    /// The header's `minBytes`, `maxBytes` and step factor (`None` for a
+    /// `--sizes` list).
+    fn sweep(&self) -> (u64, u64, Option<u64>) {
+        match (self.sizes.iter().min(), self.sizes.iter().max()) {
+            (Some(&lo), Some(&hi)) => (lo, hi, None),
+            _ => (self.min_bytes, self.max_bytes, Some(self.step_factor)),
+        }
+    }
+
     /// The benchmark the workers run.
     pub(crate) fn spec(&self) -> bench::Spec {
         bench::Spec {
@@ -192,6 +294,10 @@ impl PerfArgs {
             sizes: self.size_list(),
             iters: self.iters,
             warmup: self.warmup,
+            agg_iters: self.agg_iters,
+            blocking: self.blocking == 1,
+            check: self.check,
+            average: Average::from_code(self.average).unwrap_or(Average::Max),
         }
     }
 }
@@ -277,22 +383,95 @@ mod tests {
     }
 
     #[test]
+    fn nccl_tests_flags_and_names() {
+        let d = parse(&[]).unwrap();
+        let s = d.spec();
+        assert_eq!((s.agg_iters, s.blocking, s.check, s.average), (1, true, 1, Average::Max));
+        assert_eq!(d.cudagraph, 0);
+        let a = parse(&["-m", "4", "-z", "0", "-c", "0", "-a", "1", "-G", "0"]).unwrap();
+        let s = a.spec();
+        assert_eq!((s.agg_iters, s.blocking, s.check, s.average), (4, false, 0, Average::Mean));
+        assert!(a.validate().is_ok());
+        let long = parse(&[
+            "--agg_iters",
+            "2",
+            "--blocking",
+            "1",
+            "--check",
+            "3",
+            "--average",
+            "2",
+            "--datatype",
+            "double",
+            "--warmup_iters",
+            "7",
+            "--cudagraph",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!((long.agg_iters, long.blocking, long.check, long.average), (2, 1, 3, 2));
+        assert_eq!((long.dtype, long.warmup), (DType::F64, 7));
+        // nccl-tests' type names and ringleader's.
+        for (names, dtype) in [
+            (["float", "f32"], DType::F32),
+            (["double", "f64"], DType::F64),
+            (["half", "f16"], DType::F16),
+            (["bfloat16", "bf16"], DType::BF16),
+            (["int8", "i8"], DType::I8),
+            (["uint8", "u8"], DType::U8),
+            (["int32", "i32"], DType::I32),
+            (["int64", "i64"], DType::I64),
+        ] {
+            for n in names {
+                assert_eq!(parse(&["-d", n]).unwrap().dtype, dtype, "{n}");
+            }
+        }
+        for (name, op) in [
+            ("allreduce", OpKind::AllReduce),
+            ("all_reduce_perf", OpKind::AllReduce),
+            ("alltoall", OpKind::AllToAll),
+            ("AllGather", OpKind::AllGather),
+            ("reduce_scatter_perf", OpKind::ReduceScatter),
+            ("broadcast", OpKind::Broadcast),
+            ("reduce", OpKind::Reduce),
+        ] {
+            assert_eq!(parse(&["--op", name]).unwrap().op, op, "{name}");
+        }
+        for redop in ["sum", "prod", "min", "max", "avg"] {
+            assert_eq!(parse(&["-o", redop]).unwrap().redop.name(), redop);
+        }
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(parse(&["--op", "barrier"]).unwrap_err().contains("all_to_all"));
         assert!(parse(&["--op", "send"]).is_err());
+        // nccl-tests' --op is the reduce op: say where that went.
+        assert!(parse(&["--op", "max"]).unwrap_err().contains("-o/--redop"));
         assert!(parse(&["-d", "f8"]).is_err());
+        assert!(parse(&["-d", "uint64"]).unwrap_err().contains("ringleader's collectives do not"));
         assert!(parse(&["-b", "8X"]).is_err());
         assert!(parse(&["--transport", "rdma"]).is_err());
+        assert!(parse(&["-a", "4"]).is_err());
+        assert!(parse(&["-z", "2"]).is_err());
         for (args, what) in [
             (&["--nproc", "0"][..], "--nproc"),
             (&["--root", "2"][..], "--root"),
             (&["-b", "64", "-e", "8"][..], "--minbytes"),
             (&["-f", "1"][..], "--stepfactor"),
             (&["-n", "0"][..], "--iters"),
+            (&["-m", "0"][..], "--agg_iters"),
+            (&["-G", "1"][..], "nothing to capture"),
         ] {
             let e = parse(args).unwrap().validate().unwrap_err().to_string();
             assert!(e.contains(what), "{args:?}: {e}");
         }
         assert!(parse(&["-f", "1", "-b", "8", "-e", "8"]).unwrap().validate().is_ok());
+    }
+
+    #[test]
+    fn the_header_sweep_is_the_list_or_the_range() {
+        assert_eq!(parse(&["-b", "1K", "-e", "1M", "-f", "4"]).unwrap().sweep(), (1024, 1 << 20, Some(4)));
+        assert_eq!(parse(&["--sizes", "1M,8"]).unwrap().sweep(), (8, 1 << 20, None));
     }
 }

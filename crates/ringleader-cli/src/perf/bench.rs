@@ -2,23 +2,38 @@
 //! that it runs over the real communicator in the workers and over an
 //! in-memory one in the unit tests.
 //!
-//! For each size:
-//! 1. allocate zero-filled buffers and run the warm-up calls (at least one
-//!    when the iteration count is adaptive: it measures how long a call
-//!    takes; ranks agree on the count through an all_reduce(max) of that
-//!    estimate);
-//! 2. barrier, then time `iters` calls; this rank's mean per call goes
-//!    through an all_reduce(max), so every rank knows the slowest rank's;
-//! 3. fill the buffers with the [`Pattern`], run once more, count wrong
-//!    elements, and sum the counts over the ranks.
+//! Each size is measured twice, as nccl-tests does: out of place (a send
+//! buffer and a separate receive buffer), then in place (one buffer). The
+//! ringleader API has one form per collective: all_reduce, broadcast and
+//! reduce work in place, all_gather, reduce_scatter and all_to_all out of
+//! place (overlapping buffers are refused). The other form is run the way a
+//! caller of that API would get it, with the copy it takes inside the
+//! timed loop ([`emulation`] says which copy); nothing is measured once and
+//! printed twice.
 //!
-//! The timed calls run on zero-filled buffers: the in-place reductions
-//! repeated k times would otherwise grow the values n^k-fold until integers
-//! wrap and floats become infinite. Arithmetic speed does not depend on
-//! the values (zeros are not subnormal), and the checked run uses fresh
-//! inputs anyway.
+//! For each size and form:
+//! 1. allocate the buffers (one set per operation in flight: `agg_iters`
+//!    of them without blocking, one with) and write zeros into them, then
+//!    run the warm-up iterations (at least one when the iteration count is
+//!    adaptive: it measures how long an iteration takes; ranks agree on
+//!    the count through an all_reduce(max) of that estimate);
+//! 2. barrier, then time `iters` iterations of `agg_iters` operations each:
+//!    blocking, each operation is a blocking call that completes before the
+//!    next starts; not blocking, the iteration's operations are all
+//!    submitted through the asynchronous API, then waited for. The time per
+//!    operation (elapsed / (iters x agg_iters)) is combined over the ranks
+//!    as `-a` says (rank 0's, mean, min or max), so every rank knows it;
+//! 3. unless checking is off, fill the buffers with the [`Pattern`], run
+//!    one more iteration (of one operation when blocking: more would
+//!    reduce the result again), count wrong elements, and sum the counts
+//!    over the ranks; `-c N` does this N times.
+//!
+//! The timed calls run on zeros: the in-place reductions repeated k times
+//! would otherwise grow the values n^k-fold until integers wrap and floats
+//! become infinite. Arithmetic speed does not depend on the values (zeros
+//! are not subnormal), and the checked runs use fresh inputs anyway.
 
-use super::check::{Pattern, Sample};
+use super::check::{Pattern, Sample, POISON};
 use super::report::{Row, Setup};
 use super::sizes::Shape;
 use half::{bf16, f16};
@@ -30,6 +45,8 @@ pub(crate) type CommResult<T> = std::result::Result<T, String>;
 
 /// The collectives the benchmark calls (the facade's signatures).
 pub(crate) trait Collectives {
+    /// A collective started by [`Collectives::submit`]; it holds the buffers.
+    type Pending<T: Element>;
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.
@@ -50,9 +67,149 @@ pub(crate) trait Collectives {
     fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> CommResult<()>;
     /// Every rank reaches this point before any leaves it.
     fn barrier(&self) -> CommResult<()>;
+    /// Starts `call` and returns without waiting for it: on `output` alone
+    /// for the in-place collectives (`input` is handed back as it is),
+    /// from `input` into `output` for the others.
+    fn submit<T: Element>(&self, call: Call, input: Vec<T>, output: Vec<T>) -> CommResult<Self::Pending<T>>;
+    /// Waits for a submitted collective and gives its `(input, output)` back.
+    fn complete<T: Element>(&self, pending: Self::Pending<T>) -> CommResult<(Vec<T>, Vec<T>)>;
 }
 
-/// Time the adaptive iteration count aims at per size.
+/// One call of a benchmarked collective, with its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// all_reduce, in place.
+    AllReduce(ReduceOp),
+    /// all_gather, input to output.
+    AllGather,
+    /// reduce_scatter, input to output.
+    ReduceScatter(ReduceOp),
+    /// broadcast from the root, in place.
+    Broadcast(usize),
+    /// reduce to the root, in place.
+    Reduce(usize, ReduceOp),
+    /// all_to_all, input to output.
+    AllToAll,
+}
+
+impl Call {
+    /// The call `spec` benchmarks; `None` for an op `perf` does not measure.
+    pub(crate) fn of(op: OpKind, redop: ReduceOp, root: usize) -> Option<Call> {
+        Some(match op {
+            OpKind::AllReduce => Call::AllReduce(redop),
+            OpKind::AllGather => Call::AllGather,
+            OpKind::ReduceScatter => Call::ReduceScatter(redop),
+            OpKind::Broadcast => Call::Broadcast(root),
+            OpKind::Reduce => Call::Reduce(root, redop),
+            OpKind::AllToAll => Call::AllToAll,
+            _ => return None,
+        })
+    }
+}
+
+/// Runs `call` with the blocking API (`input` is unused by the in-place
+/// collectives).
+pub(crate) fn call_blocking<T: Element, C: Collectives>(
+    comm: &C,
+    call: Call,
+    input: &[T],
+    output: &mut [T],
+) -> CommResult<()> {
+    match call {
+        Call::AllReduce(op) => comm.all_reduce(output, op),
+        Call::AllGather => comm.all_gather(input, output),
+        Call::ReduceScatter(op) => comm.reduce_scatter(input, output, op),
+        Call::Broadcast(root) => comm.broadcast(output, root),
+        Call::Reduce(root, op) => comm.reduce(output, root, op),
+        Call::AllToAll => comm.all_to_all(input, output),
+    }
+}
+
+/// The two column groups of nccl-tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// A send buffer and a separate receive buffer.
+    OutOfPlace,
+    /// One buffer: the input is (part of) the output buffer.
+    InPlace,
+}
+
+/// The form ringleader's API has for `op`: in place for all_reduce,
+/// broadcast and reduce, out of place for the others.
+pub(crate) fn native(op: OpKind) -> Variant {
+    if matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll) {
+        Variant::OutOfPlace
+    } else {
+        Variant::InPlace
+    }
+}
+
+/// How `variant` of `op` is run when ringleader's API has no such form:
+/// the copy each operation adds (timed); `None` for the native form.
+pub(crate) fn emulation(op: OpKind, variant: Variant) -> Option<&'static str> {
+    if variant == native(op) {
+        return None;
+    }
+    Some(match op {
+        OpKind::AllReduce => "each rank copies the send buffer into the receive buffer, then all_reduces that in place",
+        OpKind::Broadcast => "the root copies its send buffer into its receive buffer, then every rank broadcasts in place",
+        OpKind::Reduce => {
+            "the root copies its send buffer into its receive buffer and reduces that in place; the other ranks \
+             pass their send buffer, which ringleader's reduce leaves unchanged"
+        }
+        OpKind::AllGather => {
+            "each rank copies its slice of the output buffer into a separate input buffer, then all_gathers into the output"
+        }
+        OpKind::ReduceScatter => {
+            "reduce_scatter writes a separate output buffer, which each rank then copies into its slice of the input buffer"
+        }
+        OpKind::AllToAll => "each rank copies the buffer into a separate send buffer, which all_to_all then reads",
+        _ => return None,
+    })
+}
+
+/// How the ranks' times combine into the one reported (nccl-tests' `-a`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Average {
+    /// `-a 0`: rank 0's time.
+    Rank0,
+    /// `-a 1`: the mean over the ranks.
+    Mean,
+    /// `-a 2`: the fastest rank's.
+    Min,
+    /// `-a 3`: the slowest rank's.
+    Max,
+}
+
+impl Average {
+    /// The mode of nccl-tests' `-a` code (0 to 3).
+    pub(crate) fn from_code(code: u8) -> Option<Average> {
+        Some(match code {
+            0 => Average::Rank0,
+            1 => Average::Mean,
+            2 => Average::Min,
+            3 => Average::Max,
+            _ => return None,
+        })
+    }
+
+    /// nccl-tests' `-a` code.
+    pub(crate) fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Its name in the header and the JSON lines.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Average::Rank0 => "rank0",
+            Average::Mean => "mean",
+            Average::Min => "min",
+            Average::Max => "max",
+        }
+    }
+}
+
+/// Time the adaptive iteration count aims at per size and column group.
 const TARGET_SECS: f64 = 0.3;
 /// Bounds of the adaptive iteration count.
 const MIN_ITERS: usize = 5;
@@ -71,28 +228,36 @@ pub(crate) struct Spec {
     pub(crate) root: usize,
     /// Requested sizes in bytes.
     pub(crate) sizes: Vec<u64>,
-    /// Timed calls per size; `None`: adaptive.
+    /// Timed iterations per size and column group; `None`: adaptive.
     pub(crate) iters: Option<usize>,
-    /// Warm-up calls per size.
+    /// Warm-up iterations per size and column group.
     pub(crate) warmup: usize,
+    /// Operations per iteration (nccl-tests' `-m`).
+    pub(crate) agg_iters: usize,
+    /// Each operation completes before the next starts (nccl-tests' `-z 1`).
+    pub(crate) blocking: bool,
+    /// Checked iterations per size and column group; 0: no check (`-c`).
+    pub(crate) check: usize,
+    /// How the ranks' times combine (`-a`).
+    pub(crate) average: Average,
 }
 
 /// What the loop reports as it goes.
 #[derive(Debug)]
 pub(crate) enum Event<'a> {
-    /// A size was measured and checked.
+    /// A size was measured (and checked, unless checking is off).
     Row(&'a Row),
     /// A size leaves no element per rank for this op; skipped.
     Skipped(u64),
 }
 
 /// The iteration count that makes a size take about [`TARGET_SECS`], from
-/// the slowest rank's estimate of one call.
-pub(crate) fn adaptive_iters(per_call_secs: f64) -> usize {
-    if !per_call_secs.is_finite() || per_call_secs <= 0.0 {
+/// the slowest rank's estimate of one iteration.
+pub(crate) fn adaptive_iters(per_iter_secs: f64) -> usize {
+    if !per_iter_secs.is_finite() || per_iter_secs <= 0.0 {
         return MAX_ITERS;
     }
-    let n = (TARGET_SECS / per_call_secs).ceil();
+    let n = (TARGET_SECS / per_iter_secs).ceil();
     if n >= MAX_ITERS as f64 {
         MAX_ITERS
     } else {
@@ -108,14 +273,7 @@ pub(crate) fn run_all<C: Collectives>(
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> CommResult<Vec<Row>> {
     let n = comm.world_size();
-    let setup = Setup {
-        op: spec.op,
-        nproc: n,
-        dtype: spec.dtype,
-        redop: spec.redop,
-        root: spec.root,
-        transport: comm.transport(),
-    };
+    let setup = Setup::new(spec, n, comm.transport());
     let pattern = Pattern::new(spec.op, spec.redop, spec.dtype, n, spec.root);
     let mut rows = Vec::new();
     for &bytes in &spec.sizes {
@@ -123,78 +281,309 @@ pub(crate) fn run_all<C: Collectives>(
             on_event(Event::Skipped(bytes));
             continue;
         };
-        let m = match spec.dtype {
-            DType::F32 => measure::<f32, C>(comm, spec, &shape, &pattern)?,
-            DType::F64 => measure::<f64, C>(comm, spec, &shape, &pattern)?,
-            DType::F16 => measure::<f16, C>(comm, spec, &shape, &pattern)?,
-            DType::BF16 => measure::<bf16, C>(comm, spec, &shape, &pattern)?,
-            DType::I8 => measure::<i8, C>(comm, spec, &shape, &pattern)?,
-            DType::U8 => measure::<u8, C>(comm, spec, &shape, &pattern)?,
-            DType::I32 => measure::<i32, C>(comm, spec, &shape, &pattern)?,
-            DType::I64 => measure::<i64, C>(comm, spec, &shape, &pattern)?,
-        };
-        let row = Row::new(&setup, &shape, m.time_s, m.iters, spec.warmup, m.wrong);
+        let mut groups = [None, None];
+        for (g, variant) in groups.iter_mut().zip([Variant::OutOfPlace, Variant::InPlace]) {
+            *g = Some(match spec.dtype {
+                DType::F32 => measure::<f32, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::F64 => measure::<f64, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::F16 => measure::<f16, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::BF16 => measure::<bf16, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::I8 => measure::<i8, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::U8 => measure::<u8, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::I32 => measure::<i32, C>(comm, spec, &shape, &pattern, variant)?,
+                DType::I64 => measure::<i64, C>(comm, spec, &shape, &pattern, variant)?,
+            });
+        }
+        let row = Row::new(&setup, &shape, groups[0], groups[1]);
         on_event(Event::Row(&row));
         rows.push(row);
     }
     Ok(rows)
 }
 
-/// One size's measurement, agreed on by every rank.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    /// The slowest rank's mean time per call.
-    time_s: f64,
-    /// Timed calls.
-    iters: usize,
-    /// Wrong elements over every rank.
-    wrong: u64,
+/// One column group's measurement, agreed on by every rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Measured {
+    /// Time per operation, combined over the ranks as `-a` says.
+    pub(crate) time_s: f64,
+    /// Timed iterations.
+    pub(crate) iters: usize,
+    /// Wrong elements over every rank and checked iteration; `None`
+    /// when checking is off.
+    pub(crate) wrong: Option<u64>,
+    /// Whether the form was emulated ([`emulation`]).
+    pub(crate) emulated: bool,
 }
 
-fn measure<T: Sample, C: Collectives>(comm: &C, spec: &Spec, shape: &Shape, pattern: &Pattern) -> CommResult<Measured> {
-    let zero = T::from_i64(0);
-    let mut input = vec![zero; shape.in_len];
-    let mut output = vec![zero; shape.out_len];
-    huge_pages(&mut input);
-    huge_pages(&mut output);
-    // Touch every page first: an untouched buffer reads as the kernel's
-    // shared zero page, which costs no memory bandwidth and flatters
-    // whatever copies out of it.
-    let me = comm.rank();
-    pattern.fill(me, &mut input, &mut output);
+/// The three buffers of one operation in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Buf {
+    Send = 0,
+    Recv = 1,
+    Scratch = 2,
+}
 
-    let calls = if spec.iters.is_none() { spec.warmup.max(1) } else { spec.warmup };
+/// Elements `start..start + len` of one buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Region {
+    buf: Buf,
+    start: usize,
+    len: usize,
+}
+
+impl Region {
+    fn new(buf: Buf, start: usize, len: usize) -> Region {
+        Region { buf, start, len }
+    }
+}
+
+/// What one operation of one form does with its buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    /// Elements of the send, receive and scratch buffers.
+    lens: [usize; 3],
+    /// Where this rank's input goes for the checked run.
+    input: Region,
+    /// A copy before the call: from a region to a buffer, at an offset.
+    pre: Option<(Region, Buf, usize)>,
+    /// The call's input buffer (`None`: in place) and output buffer.
+    args: (Option<Buf>, Buf),
+    /// A copy after the call.
+    post: Option<(Region, Buf, usize)>,
+    /// Where this rank's result is (see [`Pattern::expected`]).
+    result: Region,
+}
+
+impl Plan {
+    /// The plan of `variant` of `op` on rank `me` (see [`emulation`]).
+    fn of(op: OpKind, variant: Variant, shape: &Shape, me: usize, root: usize) -> Plan {
+        let (t, c) = (shape.total, shape.chunk);
+        let whole = |b| Region::new(b, 0, t);
+        let mine = |b| Region::new(b, me * c, c);
+        let (send, recv) = (Buf::Send, Buf::Recv);
+        let in_place = Plan {
+            lens: [0, t, 0],
+            input: whole(recv),
+            pre: None,
+            args: (None, recv),
+            post: None,
+            result: whole(recv),
+        };
+        match (variant, op) {
+            (Variant::InPlace, OpKind::AllGather) => Plan {
+                lens: [0, t, c],
+                input: mine(recv),
+                pre: Some((mine(recv), Buf::Scratch, 0)),
+                args: (Some(Buf::Scratch), recv),
+                ..in_place
+            },
+            (Variant::InPlace, OpKind::ReduceScatter) => Plan {
+                lens: [0, t, c],
+                args: (Some(recv), Buf::Scratch),
+                post: Some((Region::new(Buf::Scratch, 0, c), recv, me * c)),
+                result: mine(recv),
+                ..in_place
+            },
+            (Variant::InPlace, OpKind::AllToAll) => Plan {
+                lens: [0, t, t],
+                pre: Some((whole(recv), Buf::Scratch, 0)),
+                args: (Some(Buf::Scratch), recv),
+                ..in_place
+            },
+            (Variant::InPlace, _) => in_place,
+            (Variant::OutOfPlace, OpKind::AllGather) => Plan {
+                lens: [c, t, 0],
+                input: Region::new(send, 0, c),
+                pre: None,
+                args: (Some(send), recv),
+                post: None,
+                result: whole(recv),
+            },
+            (Variant::OutOfPlace, OpKind::ReduceScatter) => Plan {
+                lens: [t, c, 0],
+                input: whole(send),
+                pre: None,
+                args: (Some(send), recv),
+                post: None,
+                result: Region::new(recv, 0, c),
+            },
+            (Variant::OutOfPlace, OpKind::AllToAll) => Plan {
+                lens: [t, t, 0],
+                input: whole(send),
+                pre: None,
+                args: (Some(send), recv),
+                post: None,
+                result: whole(recv),
+            },
+            // The in-place collectives, out of place: copy, then in place.
+            // Reduce's other ranks need no copy (their buffer is left
+            // alone), nor broadcast's (theirs is only written).
+            (Variant::OutOfPlace, _) => {
+                let copies = op == OpKind::AllReduce || me == root;
+                let keeps = op == OpKind::Reduce && me != root;
+                Plan {
+                    lens: [t, t, 0],
+                    input: whole(send),
+                    pre: copies.then_some((whole(send), recv, 0)),
+                    args: (None, if keeps { send } else { recv }),
+                    post: None,
+                    result: whole(if keeps { send } else { recv }),
+                }
+            }
+        }
+    }
+}
+
+/// One operation's buffers, indexed by [`Buf`].
+type Bufs<T> = [Vec<T>; 3];
+
+/// Copies `from` into buffer `to` at `at`.
+fn copy<T: Copy>(bufs: &mut Bufs<T>, (from, to, at): (Region, Buf, usize)) {
+    let src = std::mem::take(&mut bufs[from.buf as usize]);
+    bufs[to as usize][at..at + from.len].copy_from_slice(&src[from.start..from.start + from.len]);
+    bufs[from.buf as usize] = src;
+}
+
+/// One operation with the blocking API: copy, call, copy.
+fn run_blocking<T: Sample, C: Collectives>(comm: &C, call: Call, plan: &Plan, bufs: &mut Bufs<T>) -> CommResult<()> {
+    if let Some(c) = plan.pre {
+        copy(bufs, c);
+    }
+    let (input, output) = plan.args;
+    let mut out = std::mem::take(&mut bufs[output as usize]);
+    let r = match input {
+        None => call_blocking(comm, call, &[], &mut out),
+        Some(i) => call_blocking(comm, call, &bufs[i as usize], &mut out),
+    };
+    bufs[output as usize] = out;
+    r?;
+    if let Some(c) = plan.post {
+        copy(bufs, c);
+    }
+    Ok(())
+}
+
+/// One iteration: `blocking_ops` blocking operations on the first buffer
+/// set, or one submitted operation per buffer set, then waited for.
+fn iteration<T: Sample, C: Collectives>(
+    comm: &C,
+    call: Call,
+    plan: &Plan,
+    sets: &mut [Bufs<T>],
+    blocking_ops: Option<usize>,
+) -> CommResult<()> {
+    if let Some(ops) = blocking_ops {
+        for _ in 0..ops {
+            run_blocking(comm, call, plan, &mut sets[0])?;
+        }
+        return Ok(());
+    }
+    let (input, output) = plan.args;
+    let mut pending = Vec::with_capacity(sets.len());
+    for bufs in sets.iter_mut() {
+        if let Some(c) = plan.pre {
+            copy(bufs, c);
+        }
+        let i = input.map_or_else(Vec::new, |i| std::mem::take(&mut bufs[i as usize]));
+        let o = std::mem::take(&mut bufs[output as usize]);
+        pending.push(comm.submit(call, i, o)?);
+    }
+    for (bufs, p) in sets.iter_mut().zip(pending) {
+        let (i, o) = comm.complete(p)?;
+        if let Some(b) = input {
+            bufs[b as usize] = i;
+        }
+        bufs[output as usize] = o;
+        if let Some(c) = plan.post {
+            copy(bufs, c);
+        }
+    }
+    Ok(())
+}
+
+fn measure<T: Sample, C: Collectives>(
+    comm: &C,
+    spec: &Spec,
+    shape: &Shape,
+    pattern: &Pattern,
+    variant: Variant,
+) -> CommResult<Measured> {
+    let me = comm.rank();
+    let call = Call::of(spec.op, spec.redop, spec.root).ok_or_else(|| format!("{} is not benchmarked", spec.op))?;
+    let plan = Plan::of(spec.op, variant, shape, me, spec.root);
+    let agg = spec.agg_iters.max(1);
+    let sets = if spec.blocking { 1 } else { agg };
+    let mut sets: Vec<Bufs<T>> = (0..sets).map(|_| plan.lens.map(zeroed::<T>)).collect();
+    let timed_ops = spec.blocking.then_some(agg);
+
+    let warm = if spec.iters.is_none() { spec.warmup.max(1) } else { spec.warmup };
     let t = Instant::now();
-    for _ in 0..calls {
-        call(comm, spec, &mut input, &mut output)?;
+    for _ in 0..warm {
+        iteration(comm, call, &plan, &mut sets, timed_ops)?;
     }
     let iters = match spec.iters {
         Some(i) => i,
         None => {
-            let estimate = t.elapsed().as_secs_f64() / calls as f64;
-            adaptive_iters(max_over_ranks(comm, estimate)?)
+            let estimate = t.elapsed().as_secs_f64() / warm as f64;
+            adaptive_iters(across_ranks(comm, estimate, Average::Max)?)
         }
     };
 
     comm.barrier()?;
     let t = Instant::now();
     for _ in 0..iters {
-        call(comm, spec, &mut input, &mut output)?;
+        iteration(comm, call, &plan, &mut sets, timed_ops)?;
     }
-    let mine = t.elapsed().as_secs_f64() / iters.max(1) as f64;
-    let time_s = max_over_ranks(comm, mine)?;
+    let mine = t.elapsed().as_secs_f64() / (iters.max(1) * agg) as f64;
+    let time_s = across_ranks(comm, mine, spec.average)?;
 
-    pattern.fill(me, &mut input, &mut output);
-    call(comm, spec, &mut input, &mut output)?;
-    let wrong = pattern.wrong(me, &input, &output, shape.per_rank(comm.world_size()));
-    let mut total = [wrong as i64];
-    comm.all_reduce(&mut total, ReduceOp::Sum)?;
-    Ok(Measured { time_s, iters, wrong: total[0].max(0) as u64 })
+    let mut wrong = None;
+    if spec.check > 0 {
+        let mut mine = 0u64;
+        for _ in 0..spec.check {
+            for bufs in sets.iter_mut() {
+                fill(bufs, &plan, pattern, me);
+            }
+            // One operation per buffer set: a second on the same buffers
+            // would reduce the result again.
+            iteration(comm, call, &plan, &mut sets, spec.blocking.then_some(1))?;
+            for bufs in &sets {
+                let r = plan.result;
+                mine += pattern.wrong(me, &bufs[r.buf as usize][r.start..r.start + r.len], shape.chunk);
+            }
+        }
+        let mut total = [mine as i64];
+        comm.all_reduce(&mut total, ReduceOp::Sum)?;
+        wrong = Some(total[0].max(0) as u64);
+    }
+    Ok(Measured { time_s, iters, wrong, emulated: emulation(spec.op, variant).is_some() })
 }
 
-/// Asks for transparent huge pages on a large, untouched buffer, as numpy
-/// does for its arrays (so ringleader's numbers compare with Open MPI's and
-/// gloo's through numpy and torch on equal terms).
+/// Poisons every buffer, then writes this rank's input where the plan
+/// takes it from.
+fn fill<T: Sample>(bufs: &mut Bufs<T>, plan: &Plan, pattern: &Pattern, me: usize) {
+    for b in bufs.iter_mut() {
+        b.fill(T::from_i64(POISON));
+    }
+    let r = plan.input;
+    for (i, x) in bufs[r.buf as usize][r.start..r.start + r.len].iter_mut().enumerate() {
+        *x = T::from_i64(pattern.input(me, i));
+    }
+}
+
+/// `len` zeros, written (not just allocated: an untouched buffer reads as
+/// the kernel's shared zero page, which costs no memory bandwidth and
+/// flatters whatever copies out of it), on transparent huge pages when
+/// large, as numpy asks for its arrays (so ringleader's numbers compare
+/// with Open MPI's and gloo's through numpy and torch on equal terms).
+fn zeroed<T: Sample>(len: usize) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    huge_pages(v.spare_capacity_mut());
+    v.resize(len, T::from_i64(0));
+    v
+}
+
+/// Asks for transparent huge pages on a large, untouched buffer.
 fn huge_pages<T>(buf: &mut [T]) {
     let bytes = std::mem::size_of_val(buf);
     if bytes < 4 << 20 {
@@ -208,23 +597,18 @@ fn huge_pages<T>(buf: &mut [T]) {
     unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
 }
 
-/// One call of the benchmarked collective.
-fn call<T: Element, C: Collectives>(comm: &C, spec: &Spec, input: &mut [T], output: &mut [T]) -> CommResult<()> {
-    match spec.op {
-        OpKind::AllReduce => comm.all_reduce(input, spec.redop),
-        OpKind::AllGather => comm.all_gather(input, output),
-        OpKind::ReduceScatter => comm.reduce_scatter(input, output, spec.redop),
-        OpKind::Broadcast => comm.broadcast(input, spec.root),
-        OpKind::Reduce => comm.reduce(input, spec.root, spec.redop),
-        OpKind::AllToAll => comm.all_to_all(input, output),
-        other => Err(format!("{other} is not a benchmarked collective")),
-    }
-}
-
-/// The largest `v` over every rank.
-fn max_over_ranks<C: Collectives>(comm: &C, v: f64) -> CommResult<f64> {
+/// `v` of every rank combined as `how` says; the same on every rank.
+pub(crate) fn across_ranks<C: Collectives>(comm: &C, v: f64, how: Average) -> CommResult<f64> {
     let mut buf = [v];
-    comm.all_reduce(&mut buf, ReduceOp::Max)?;
+    match how {
+        Average::Rank0 => comm.broadcast(&mut buf, 0)?,
+        Average::Mean => {
+            comm.all_reduce(&mut buf, ReduceOp::Sum)?;
+            buf[0] /= comm.world_size().max(1) as f64;
+        }
+        Average::Min => comm.all_reduce(&mut buf, ReduceOp::Min)?,
+        Average::Max => comm.all_reduce(&mut buf, ReduceOp::Max)?,
+    }
     Ok(buf[0])
 }
 
@@ -233,26 +617,45 @@ mod tests {
     use super::super::sim::SimWorld;
     use super::*;
 
+    const OPS: [OpKind; 6] = [
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::AllToAll,
+    ];
+
     fn spec(op: OpKind, dtype: DType, redop: ReduceOp, root: usize) -> Spec {
-        Spec { op, dtype, redop, root, sizes: vec![1, 8, 64, 1000, 4096], iters: Some(2), warmup: 1 }
+        Spec {
+            op,
+            dtype,
+            redop,
+            root,
+            sizes: vec![1, 8, 64, 1000, 4096],
+            iters: Some(2),
+            warmup: 1,
+            agg_iters: 1,
+            blocking: true,
+            check: 1,
+            average: Average::Max,
+        }
     }
 
     fn run(n: usize, spec: &Spec, corrupt: bool) -> Vec<Vec<Row>> {
         SimWorld::run(n, corrupt, |comm| run_all(comm, spec, &mut |_| {}).expect("no communicator error"))
     }
 
+    fn groups(r: &Row) -> [Group; 2] {
+        [r.out_of_place.expect("out of place measured"), r.in_place.expect("in place measured")]
+    }
+
+    use super::super::report::Group;
+
     #[test]
-    fn every_op_checks_clean_on_a_correct_communicator() {
-        let ops = [
-            OpKind::AllReduce,
-            OpKind::AllGather,
-            OpKind::ReduceScatter,
-            OpKind::Broadcast,
-            OpKind::Reduce,
-            OpKind::AllToAll,
-        ];
+    fn every_op_and_form_checks_clean_on_a_correct_communicator() {
         for n in [1, 2, 3, 4] {
-            for op in ops {
+            for op in OPS {
                 for (dtype, redop) in [
                     (DType::F32, ReduceOp::Sum),
                     (DType::BF16, ReduceOp::Sum),
@@ -267,12 +670,17 @@ mod tests {
                     for rows in &per_rank {
                         assert!(!rows.is_empty(), "{op} {dtype} n={n}: no size ran");
                         for r in rows {
-                            assert_eq!(r.wrong, 0, "{op} {dtype} {redop} n={n}: {r:?}");
+                            for g in groups(r) {
+                                assert_eq!(g.nwrong, Some(0), "{op} {dtype} {redop} n={n}: {r:?}");
+                            }
+                            assert_eq!(r.check, "ok");
                         }
                     }
                     // Every rank agrees on every row.
                     for rows in &per_rank[1..] {
-                        let key = |r: &Row| (r.bytes, r.count, r.wrong, r.time_us.to_bits());
+                        let key = |r: &Row| {
+                            (r.bytes, r.count, r.wrong_total(), r.time_us.to_bits(), groups(r)[0].time.to_bits())
+                        };
                         assert!(rows.iter().map(key).eq(per_rank[0].iter().map(key)));
                     }
                 }
@@ -281,13 +689,68 @@ mod tests {
     }
 
     #[test]
-    fn a_wrong_result_is_counted_on_every_rank() {
+    fn aggregated_and_non_blocking_iterations_check_clean() {
+        for op in OPS {
+            for (agg, blocking) in [(3, true), (3, false), (1, false)] {
+                let mut s = spec(op, DType::I32, ReduceOp::Sum, 1);
+                s.agg_iters = agg;
+                s.blocking = blocking;
+                s.check = 2;
+                for rows in run(3, &s, false) {
+                    for r in &rows {
+                        assert_eq!(r.wrong_total(), 0, "{op} agg {agg} blocking {blocking}: {r:?}");
+                        assert_eq!((r.agg_iters, r.blocking), (agg, blocking));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_form_the_api_lacks_is_emulated() {
+        for op in OPS {
+            let rows = run(2, &spec(op, DType::F32, ReduceOp::Sum, 0), false);
+            let [oop, ip] = groups(&rows[0][0]);
+            let in_place_api = matches!(op, OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce);
+            assert_eq!((oop.emulated, ip.emulated), (in_place_api, !in_place_api), "{op}");
+            assert_eq!(emulation(op, native(op)), None);
+        }
+    }
+
+    #[test]
+    fn a_wrong_result_is_counted_on_every_rank_in_both_groups() {
         for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::Broadcast] {
             let s = spec(op, DType::F32, ReduceOp::Sum, 0);
             for rows in run(3, &s, true) {
-                assert!(rows.iter().all(|r| r.wrong == 1 && r.check == "FAIL"), "{op}: {rows:?}");
+                for r in &rows {
+                    assert!(groups(r).iter().all(|g| g.nwrong == Some(1)), "{op}: {r:?}");
+                    assert_eq!(r.check, "FAIL");
+                }
             }
         }
+    }
+
+    #[test]
+    fn checking_off_reports_no_wrong_count() {
+        let mut s = spec(OpKind::ReduceScatter, DType::F32, ReduceOp::Sum, 0);
+        s.check = 0;
+        for rows in run(2, &s, true) {
+            for r in &rows {
+                assert!(groups(r).iter().all(|g| g.nwrong.is_none()), "{r:?}");
+                assert_eq!((r.check, r.wrong), ("unchecked", None));
+            }
+        }
+    }
+
+    #[test]
+    fn times_combine_over_ranks_as_asked() {
+        // Rank r reports r + 1: rank 0's is 1, the mean 2, the min 1, the max 3.
+        for (how, expect) in [(Average::Rank0, 1.0), (Average::Mean, 2.0), (Average::Min, 1.0), (Average::Max, 3.0)] {
+            let got = SimWorld::run(3, false, |comm| across_ranks(comm, comm.rank() as f64 + 1.0, how).unwrap());
+            assert_eq!(got, [expect; 3], "{how:?}");
+            assert_eq!(Average::from_code(how.code()), Some(how));
+        }
+        assert_eq!(Average::from_code(4), None);
     }
 
     #[test]

@@ -146,33 +146,45 @@ impl Pattern {
         }
     }
 
-    /// Fills rank `me`'s buffers for the checked run: its input pattern (for
-    /// broadcast, only the root's; the others start poisoned) and a poisoned
-    /// output.
-    pub(crate) fn fill<T: Sample>(&self, me: usize, input: &mut [T], output: &mut [T]) {
-        let poisoned_input = self.op == OpKind::Broadcast && me != self.root;
-        for (i, x) in input.iter_mut().enumerate() {
-            *x = T::from_i64(if poisoned_input { POISON } else { self.value(me, i) });
+    /// Element `i` of rank `me`'s input for the checked run: its pattern
+    /// value; for broadcast, only the root's (the others start poisoned,
+    /// so a result copied from the wrong rank is caught).
+    pub(crate) fn input(&self, me: usize, i: usize) -> i64 {
+        if self.op == OpKind::Broadcast && me != self.root {
+            POISON
+        } else {
+            self.value(me, i)
         }
-        output.fill(T::from_i64(POISON));
     }
 
-    /// How many elements of rank `me`'s result are wrong after the checked
-    /// run. `per` is the per-rank chunk of the ops that split data.
-    pub(crate) fn wrong<T: Sample>(&self, me: usize, input: &[T], output: &[T], per: usize) -> u64 {
-        let per = per.max(1);
+    /// Element `k` of rank `me`'s result: the whole buffer of all_reduce,
+    /// broadcast, reduce (on the other ranks than the root: its input, left
+    /// alone), all_gather and all_to_all; its own chunk of reduce_scatter.
+    /// `chunk` is the per-rank chunk of the ops that split data.
+    pub(crate) fn expected(&self, me: usize, k: usize, chunk: usize) -> i64 {
+        let chunk = chunk.max(1);
         match self.op {
-            OpKind::AllReduce => self.count(input, true, |i| self.reduced(i)),
-            OpKind::Reduce if me == self.root => self.count(input, true, |i| self.reduced(i)),
-            // Non-root buffers are left as they were.
-            OpKind::Reduce => self.count(input, false, |i| self.value(me, i)),
-            OpKind::Broadcast => self.count(input, false, |i| self.value(self.root, i)),
-            OpKind::AllGather => self.count(output, false, |k| self.value(k / per, k % per)),
-            OpKind::ReduceScatter => self.count(output, true, |i| self.reduced(me * per + i)),
-            OpKind::AllToAll => self.count(output, false, |k| self.value(k / per, me * per + k % per)),
-            // Not benchmarked; nothing to check.
+            OpKind::AllReduce => self.reduced(k),
+            OpKind::Reduce if me == self.root => self.reduced(k),
+            OpKind::Reduce => self.value(me, k),
+            OpKind::Broadcast => self.value(self.root, k),
+            OpKind::AllGather => self.value(k / chunk, k % chunk),
+            OpKind::ReduceScatter => self.reduced(me * chunk + k),
+            OpKind::AllToAll => self.value(k / chunk, me * chunk + k % chunk),
+            // Not benchmarked.
             _ => 0,
         }
+    }
+
+    /// How many elements of rank `me`'s `result` (see [`Pattern::expected`])
+    /// are wrong after the checked run.
+    pub(crate) fn wrong<T: Sample>(&self, me: usize, result: &[T], chunk: usize) -> u64 {
+        let reduced = match self.op {
+            OpKind::AllReduce | OpKind::ReduceScatter => true,
+            OpKind::Reduce => me == self.root,
+            _ => false,
+        };
+        self.count(result, reduced, |k| self.expected(me, k, chunk))
     }
 
     /// Counts the elements of `got` that differ from `expected(index)`;
@@ -265,16 +277,31 @@ mod tests {
     #[test]
     fn wrong_elements_are_counted() {
         let p = Pattern::new(OpKind::AllGather, ReduceOp::Sum, DType::F32, 2, 0);
-        let mut input = vec![0f32; 3];
-        let mut output = vec![0f32; 6];
-        p.fill(1, &mut input, &mut output);
-        assert_eq!(input, [1.0, 2.0, 3.0]);
-        assert_eq!(p.wrong(1, &input, &output, 3), 6, "all poisoned");
+        assert_eq!((0..3).map(|i| p.input(1, i)).collect::<Vec<_>>(), [1, 2, 3]);
+        let poisoned = vec![POISON as f32; 6];
+        assert_eq!(p.wrong(1, &poisoned, 3), 6, "all poisoned");
         let good: Vec<f32> = (0..6).map(|k| p.value(k / 3, k % 3) as f32).collect();
-        assert_eq!(p.wrong(1, &input, &good, 3), 0);
+        assert_eq!(p.wrong(1, &good, 3), 0);
         let mut bad = good.clone();
         bad.swap(0, 3);
-        assert_eq!(p.wrong(1, &input, &bad, 3), 2);
+        assert_eq!(p.wrong(1, &bad, 3), 2);
+    }
+
+    #[test]
+    fn broadcast_inputs_other_than_the_roots_are_poison() {
+        let p = Pattern::new(OpKind::Broadcast, ReduceOp::Sum, DType::I32, 3, 1);
+        assert_eq!(p.input(0, 4), POISON);
+        assert_eq!(p.input(1, 4), p.value(1, 4));
+        assert_eq!(p.expected(2, 4, 0), p.value(1, 4));
+    }
+
+    #[test]
+    fn reduce_scatter_and_all_to_all_expect_this_ranks_share() {
+        let p = Pattern::new(OpKind::ReduceScatter, ReduceOp::Max, DType::F32, 2, 0);
+        assert_eq!(p.expected(1, 0, 4), p.reduced(4));
+        let p = Pattern::new(OpKind::AllToAll, ReduceOp::Sum, DType::U8, 2, 0);
+        // Chunk 1 of rank 0's result is rank 1's chunk 0.
+        assert_eq!(p.expected(0, 5, 4), p.value(1, 1));
     }
 
     #[test]

@@ -3,14 +3,18 @@
 //!
 //! Rank r uses GPU `LOCAL_RANK % (visible GPUs)`. Per size: zeroed device
 //! buffers, warm-up, the adaptive iteration count agreed through an
-//! all_reduce(max), barrier, timed calls followed by a stream
-//! synchronization, then one checked call on the [`Pattern`] copied in
-//! and out. NCCL (cudarc's bindings, `libnccl.so` loaded at run time) then
+//! all_reduce(max), barrier, timed iterations of `-m` calls (with `-z 1` a
+//! stream synchronization after each call, with `-z 0` one after the
+//! loop), the time combined over the ranks as `-a` says, then (unless
+//! `-c 0`) checked calls on the [`Pattern`] copied in and out. Only the
+//! form ringleader's API has is measured (in place for all_reduce,
+//! broadcast and reduce, out of place for the others); the table prints
+//! N/A for the other column group. NCCL (cudarc's bindings, `libnccl.so` loaded at run time) then
 //! runs the same sizes, when every rank has a GPU of its own; with fewer
 //! GPUs than ranks, or without the library, a line says why it is skipped.
 
-use super::bench::{adaptive_iters, Spec};
-use super::check::{Pattern, Sample};
+use super::bench::{across_ranks, adaptive_iters, native, Measured, Spec, Variant};
+use super::check::{Pattern, Sample, POISON};
 use super::report::{Row, Setup};
 use super::sizes::Shape;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
@@ -119,6 +123,17 @@ fn max_over_ranks(comm: &Communicator, v: f64) -> R<f64> {
     Ok(b[0])
 }
 
+/// Elements of the input and output buffers of `op`'s native form (the
+/// output is unused by the in-place collectives).
+fn lens(op: OpKind, shape: &Shape) -> (usize, usize) {
+    match op {
+        OpKind::AllGather => (shape.chunk, shape.total),
+        OpKind::ReduceScatter => (shape.total, shape.chunk),
+        OpKind::AllToAll => (shape.total, shape.total),
+        _ => (shape.total, 0),
+    }
+}
+
 /// Measures one size on device buffers; every rank returns the same row.
 fn measure<T: DevSample + Element>(
     lib: Lib<'_>,
@@ -129,46 +144,70 @@ fn measure<T: DevSample + Element>(
     setup: &Setup<'_>,
 ) -> R<Row> {
     let s = &gpu.stream;
+    let (in_len, out_len) = lens(spec.op, shape);
     // In-place collectives leave `output` unused (one element, never read).
-    let mut input: CudaSlice<T> = cu(s.alloc_zeros(shape.in_len.max(1)), "cuMemAlloc")?;
-    let mut output: CudaSlice<T> = cu(s.alloc_zeros(shape.out_len.max(1)), "cuMemAlloc")?;
-    let calls = if spec.iters.is_none() { spec.warmup.max(1) } else { spec.warmup };
+    let mut input: CudaSlice<T> = cu(s.alloc_zeros(in_len.max(1)), "cuMemAlloc")?;
+    let mut output: CudaSlice<T> = cu(s.alloc_zeros(out_len.max(1)), "cuMemAlloc")?;
+    let agg = spec.agg_iters.max(1);
+    let iteration = |input: &mut CudaSlice<T>, output: &mut CudaSlice<T>| -> R<()> {
+        for _ in 0..agg {
+            call(lib, comm, spec, gpu, input, output)?;
+            if spec.blocking {
+                cu(s.synchronize(), "cuStreamSynchronize")?;
+            }
+        }
+        Ok(())
+    };
+    let warm = if spec.iters.is_none() { spec.warmup.max(1) } else { spec.warmup };
     let t = Instant::now();
-    for _ in 0..calls {
-        call(lib, comm, spec, gpu, &mut input, &mut output)?;
+    for _ in 0..warm {
+        iteration(&mut input, &mut output)?;
     }
     cu(s.synchronize(), "cuStreamSynchronize")?;
     let iters = match spec.iters {
         Some(i) => i,
-        None => adaptive_iters(max_over_ranks(comm, t.elapsed().as_secs_f64() / calls as f64)?),
+        None => adaptive_iters(max_over_ranks(comm, t.elapsed().as_secs_f64() / warm as f64)?),
     };
     comm.barrier().map_err(|e| e.to_string())?;
     let t = Instant::now();
     for _ in 0..iters {
-        call(lib, comm, spec, gpu, &mut input, &mut output)?;
+        iteration(&mut input, &mut output)?;
     }
     cu(s.synchronize(), "cuStreamSynchronize")?;
-    let time_s = max_over_ranks(comm, t.elapsed().as_secs_f64() / iters.max(1) as f64)?;
+    let time_s = across_ranks(comm, t.elapsed().as_secs_f64() / (iters.max(1) * agg) as f64, spec.average)?;
 
     let me = comm.rank();
     let n = comm.world_size();
-    let pattern = Pattern::new(spec.op, spec.redop, spec.dtype, n, spec.root);
-    let zero = T::from_i64(0);
-    let (mut hin, mut hout) = (vec![zero; shape.in_len], vec![zero; shape.out_len]);
-    pattern.fill(me, &mut hin, &mut hout);
-    cu(s.memcpy_htod(&hin, &mut input), "cuMemcpyHtoD")?;
-    if !hout.is_empty() {
-        cu(s.memcpy_htod(&hout, &mut output), "cuMemcpyHtoD")?;
+    let mut wrong = None;
+    if spec.check > 0 {
+        let pattern = Pattern::new(spec.op, spec.redop, spec.dtype, n, spec.root);
+        let poison = T::from_i64(POISON);
+        let mut mine = 0;
+        for _ in 0..spec.check {
+            let mut hin: Vec<T> = (0..in_len).map(|i| T::from_i64(pattern.input(me, i))).collect();
+            let mut hout = vec![poison; out_len];
+            cu(s.memcpy_htod(&hin, &mut input), "cuMemcpyHtoD")?;
+            if !hout.is_empty() {
+                cu(s.memcpy_htod(&hout, &mut output), "cuMemcpyHtoD")?;
+            }
+            call(lib, comm, spec, gpu, &mut input, &mut output)?;
+            cu(s.memcpy_dtoh(&input, &mut hin), "cuMemcpyDtoH")?;
+            if !hout.is_empty() {
+                cu(s.memcpy_dtoh(&output, &mut hout), "cuMemcpyDtoH")?;
+            }
+            cu(s.synchronize(), "cuStreamSynchronize")?;
+            let result = if out_len == 0 { &hin } else { &hout };
+            mine += pattern.wrong(me, result, shape.chunk);
+        }
+        let mut total = [mine as i64];
+        comm.all_reduce(&mut total, ReduceOp::Sum).map_err(|e| e.to_string())?;
+        wrong = Some(total[0].max(0) as u64);
     }
-    call(lib, comm, spec, gpu, &mut input, &mut output)?;
-    cu(s.memcpy_dtoh(&input, &mut hin), "cuMemcpyDtoH")?;
-    if !hout.is_empty() {
-        cu(s.memcpy_dtoh(&output, &mut hout), "cuMemcpyDtoH")?;
-    }
-    cu(s.synchronize(), "cuStreamSynchronize")?;
-    let mut wrong = [pattern.wrong(me, &hin, &hout, shape.per_rank(n)) as i64];
-    comm.all_reduce(&mut wrong, ReduceOp::Sum).map_err(|e| e.to_string())?;
-    Ok(Row::new(setup, shape, time_s, iters, spec.warmup, wrong[0].max(0) as u64))
+    let m = Measured { time_s, iters, wrong, emulated: false };
+    Ok(match native(spec.op) {
+        Variant::InPlace => Row::new(setup, shape, None, Some(m)),
+        Variant::OutOfPlace => Row::new(setup, shape, Some(m), None),
+    })
 }
 
 /// Runs every size of `spec` on device buffers, then NCCL's; `on_row`
@@ -207,7 +246,7 @@ fn sizes(
 ) -> R<Vec<Row>> {
     let n = comm.world_size();
     let t = if nccl { "nccl".to_string() } else { format!("{}+{transport}", comm.transport_name()) };
-    let setup = Setup { op: spec.op, nproc: n, dtype: spec.dtype, redop: spec.redop, root: spec.root, transport: &t };
+    let setup = Setup::new(spec, n, &t);
     let mut rows = Vec::new();
     for &bytes in &spec.sizes {
         let Some(shape) = Shape::of(spec.op, bytes, spec.dtype.size(), n) else { continue };

@@ -5,7 +5,7 @@
 //! all meet at a barrier, each computes its own result from everyone's
 //! copies, and all meet again before the slots are reused.
 
-use super::bench::{Collectives, CommResult};
+use super::bench::{call_blocking, Call, Collectives, CommResult};
 use ringleader_core::reduce::{finish_avg, reduce_slice};
 use ringleader_core::{Element, ReduceOp};
 use std::any::Any;
@@ -102,6 +102,9 @@ fn seventy_seven<T: Element>() -> T {
 }
 
 impl Collectives for SimWorld {
+    /// Submitted collectives run at once; this is their result.
+    type Pending<T: Element> = (Vec<T>, Vec<T>);
+
     fn rank(&self) -> usize {
         self.rank
     }
@@ -168,5 +171,14 @@ impl Collectives for SimWorld {
     fn barrier(&self) -> CommResult<()> {
         self.shared.barrier.wait();
         Ok(())
+    }
+
+    fn submit<T: Element>(&self, call: Call, input: Vec<T>, mut output: Vec<T>) -> CommResult<(Vec<T>, Vec<T>)> {
+        call_blocking(self, call, &input, &mut output)?;
+        Ok((input, output))
+    }
+
+    fn complete<T: Element>(&self, pending: (Vec<T>, Vec<T>)) -> CommResult<(Vec<T>, Vec<T>)> {
+        Ok(pending)
     }
 }

@@ -42,19 +42,37 @@ pub(crate) fn size_steps(min: u64, max: u64, factor: u64) -> Vec<u64> {
     out
 }
 
-/// The buffers one rank needs for one size, and what the table reports.
+/// How one size maps onto one collective over `n` ranks, and the `size` and
+/// `count` columns nccl-tests prints for it.
+///
+/// nccl-tests' definitions (its `getCollByteCount` per test): `count` is
+/// the count argument of the collective, per rank; `size` is the larger of
+/// the send and receive buffers in bytes, which is also what algbw divides
+/// by. So:
+///
+/// | op | count (per rank) | size (bytes) |
+/// |---|---|---|
+/// | all_reduce, broadcast, reduce | the buffer | count x type size |
+/// | all_gather | each rank's input | n x count x type size (the output) |
+/// | reduce_scatter | each rank's output | n x count x type size (the input) |
+/// | all_to_all | what each rank sends to each peer | n x count x type size (the send buffer) |
+///
+/// nccl-tests also rounds the per-rank count of the split ops down to an
+/// alignment (16 bytes or 4 elements, depending on its version); this
+/// rounds only to whole elements per rank, so the two differ at sizes that
+/// are not a multiple of that alignment times the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shape {
-    /// Elements in this rank's input (the in-place buffer for all_reduce,
-    /// broadcast and reduce).
-    pub(crate) in_len: usize,
-    /// Elements in this rank's output (0 for the in-place ops).
-    pub(crate) out_len: usize,
-    /// Elements reported in the count column: the buffer for the in-place
-    /// ops, the total output of all_gather, the total input of
-    /// reduce_scatter, the send buffer of all_to_all.
+    /// Elements of the whole buffer: the buffer of all_reduce, broadcast
+    /// and reduce; n x `chunk` for the others (all_gather's output,
+    /// reduce_scatter's input, all_to_all's send and receive buffers).
+    pub(crate) total: usize,
+    /// Elements of one rank's chunk for the ops that split data among ranks
+    /// (`total / n`); `total` for the others.
+    pub(crate) chunk: usize,
+    /// The `count` column: elements per rank, as above.
     pub(crate) count: u64,
-    /// Bytes reported (and used for algbw): `count` elements.
+    /// The `size` column, bytes (and what algbw divides by).
     pub(crate) bytes: u64,
 }
 
@@ -65,25 +83,21 @@ impl Shape {
     /// element.
     pub(crate) fn of(op: OpKind, bytes: u64, elem_size: usize, n: usize) -> Option<Shape> {
         let elems = bytes / elem_size as u64;
-        let per_rank = elems / n as u64;
-        let (in_len, out_len, count) = match op {
-            OpKind::AllGather => (per_rank, per_rank * n as u64, per_rank * n as u64),
-            OpKind::ReduceScatter => (per_rank * n as u64, per_rank, per_rank * n as u64),
-            OpKind::AllToAll => (per_rank * n as u64, per_rank * n as u64, per_rank * n as u64),
-            _ => (elems, 0, elems),
-        };
-        (count > 0).then_some(Shape {
-            in_len: usize::try_from(in_len).ok()?,
-            out_len: usize::try_from(out_len).ok()?,
-            count,
-            bytes: count * elem_size as u64,
+        let per_rank = elems / n.max(1) as u64;
+        let (total, chunk) = if splits(op) { (per_rank * n as u64, per_rank) } else { (elems, elems) };
+        (total > 0).then_some(Shape {
+            total: usize::try_from(total).ok()?,
+            chunk: usize::try_from(chunk).ok()?,
+            count: chunk,
+            bytes: total * elem_size as u64,
         })
     }
+}
 
-    /// Elements per rank's chunk for the ops that split data among ranks.
-    pub(crate) fn per_rank(&self, n: usize) -> usize {
-        self.count as usize / n
-    }
+/// Whether `op` splits its data among the ranks (all_gather,
+/// reduce_scatter, all_to_all).
+pub(crate) fn splits(op: OpKind) -> bool {
+    matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll)
 }
 
 #[cfg(test)]
@@ -115,16 +129,18 @@ mod tests {
     }
 
     #[test]
-    fn shapes() {
+    fn shapes_follow_nccl_tests_columns() {
         let s = Shape::of(OpKind::AllReduce, 10, 4, 3).unwrap();
-        assert_eq!((s.in_len, s.out_len, s.count, s.bytes), (2, 0, 2, 8));
+        assert_eq!((s.total, s.chunk, s.count, s.bytes), (2, 2, 2, 8));
+        // all_gather: count = each rank's input, size = the whole output.
         let s = Shape::of(OpKind::AllGather, 64, 4, 3).unwrap();
-        assert_eq!((s.in_len, s.out_len, s.count, s.bytes), (5, 15, 15, 60));
-        assert_eq!(s.per_rank(3), 5);
+        assert_eq!((s.total, s.chunk, s.count, s.bytes), (15, 5, 5, 60));
+        // reduce_scatter: count = each rank's output, size = the whole input.
         let s = Shape::of(OpKind::ReduceScatter, 64, 4, 3).unwrap();
-        assert_eq!((s.in_len, s.out_len, s.count), (15, 5, 15));
+        assert_eq!((s.total, s.chunk, s.count, s.bytes), (15, 5, 5, 60));
+        // all_to_all: count = what goes to each peer, size = the send buffer.
         let s = Shape::of(OpKind::AllToAll, 64, 4, 2).unwrap();
-        assert_eq!((s.in_len, s.out_len, s.count), (16, 16, 16));
+        assert_eq!((s.total, s.chunk, s.count, s.bytes), (16, 8, 8, 64));
         assert_eq!(Shape::of(OpKind::AllGather, 8, 4, 4), None);
         assert_eq!(Shape::of(OpKind::Broadcast, 2, 4, 1), None);
     }
