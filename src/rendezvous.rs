@@ -163,6 +163,9 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
         streams: cfg.streams,
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
+    if let (Some(g), 0) = (&cfg.group, cfg.rank) {
+        aux.set(keys::GROUP, &serde_json::to_vec(g).unwrap_or_default())?;
+    }
     let peers = wait_for_all(&mut aux, cfg, &me, deadline, abort)?;
     validate(&peers, cfg.rank)?;
     if let Some(note) = resolution_note(&peers) {

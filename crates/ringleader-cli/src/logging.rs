@@ -29,6 +29,17 @@ pub(crate) const LOG_VAR: &str = "RINGLEADER_LOG";
 /// The filter when RINGLEADER_LOG is unset or empty.
 const DEFAULT_FILTER: &str = "warn";
 
+/// Writes `line` and a newline to stderr in one `write_all` (one write(2)
+/// for any line below the pipe's atomic size), holding the lock the
+/// launcher's copies of rank output take too. Errors are ignored: a closed
+/// stderr must not end the program.
+pub(crate) fn stderr_line(line: &str) {
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(line);
+    buf.push('\n');
+    let _ = io::stderr().lock().write_all(buf.as_bytes());
+}
+
 /// Installs the stderr subscriber for the subcommand `command` (`launch`,
 /// `store`, ...), the name events of the command itself carry; the store's
 /// carry `store`. A filter that does not parse is reported, and the default

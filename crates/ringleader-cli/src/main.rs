@@ -20,6 +20,17 @@
 //! as channel messages), [`error`] and [`logging`] (the store's warnings on
 //! stderr, filtered by RINGLEADER_LOG).
 
+/// std's `eprintln!`, except that the whole line leaves in one write: std's
+/// writes each formatted piece separately, so the lines of processes that
+/// share a terminal or a pipe (a launcher and its ranks, several stores)
+/// could interleave mid-line. Defined before the modules, it is the
+/// `eprintln!` every one of them uses.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {
+        $crate::logging::stderr_line(&format!($($arg)*))
+    };
+}
+
 mod analyze;
 mod doctor;
 mod error;

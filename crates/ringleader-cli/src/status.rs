@@ -22,7 +22,7 @@
 use crate::error::Result;
 use clap::Args;
 use ringleader_core::error::fmt_ranks;
-use ringleader_core::{Diagnosis, Rank};
+use ringleader_core::{Diagnosis, Group, Rank};
 use ringleader_diag::snapshot::Running;
 use ringleader_diag::Beat;
 use ringleader_store::{keys, ClientOptions, JobStatus, Liveness, RankStatus, Role, StoreClient};
@@ -53,7 +53,7 @@ when --store is not given.
   ranks_known         ranks that ever connected;  ranks_connected: those connected now
   never_connected     ranks below world_size that never connected
   ranks[]             one object per rank that ever connected, ascending:
-    rank, host, pid, version
+    rank, host, pid, version   (rank: the global rank; in a sub-group also group_rank)
     liveness            \"connected\", \"left\" or \"vanished\"
     liveness_for_s      seconds since liveness last changed
     heartbeat_age_s     seconds since its last heartbeat, or null before the first
@@ -66,6 +66,7 @@ to now while connected, else as of its last heartbeat), waiting_for [ranks]}
   abort, verdict      null, or {message, diagnosis (the verdict's JSON, or null)}
   exits[]             {rank, ending}: how ranks ended, as their launchers recorded it
   dump_request        the request number with --dump, else null
+  group               null, or the sub-group the job's communicator spans: {name, ranks (the global rank of each group rank)}; every rank above is global
 
 Example: ringleader status --store node-a:29501 --watch 2")]
 pub(crate) struct StatusArgs {
@@ -194,6 +195,20 @@ pub(crate) struct Extras {
     pub(crate) exits: Vec<(Rank, String)>,
     /// The dump request this invocation made (`--dump`), by number.
     pub(crate) dump_request: Option<i64>,
+    /// The sub-group the job's communicator spans (`rl/group`), if it is
+    /// one: the store numbers its ranks in the group, the view names global ranks.
+    pub(crate) group: Option<Group>,
+}
+
+impl Extras {
+    /// The global rank of the store's rank `r`.
+    fn global(&self, r: Rank) -> Rank {
+        ringleader_core::group::global(self.group.as_ref(), r)
+    }
+
+    fn globals(&self, rs: &[Rank]) -> Vec<Rank> {
+        rs.iter().map(|&r| self.global(r)).collect()
+    }
 }
 
 impl Extras {
@@ -209,7 +224,8 @@ impl Extras {
             }
         }
         exits.sort();
-        Ok(Extras { verdict, exits, dump_request: None })
+        let group = client.try_get(keys::GROUP)?.and_then(|v| serde_json::from_slice(&v).ok());
+        Ok(Extras { verdict, exits, dump_request: None, group })
     }
 }
 
@@ -227,6 +243,9 @@ pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String 
     if let Some(w) = world {
         let _ = write!(out, ", world size {w}");
     }
+    if let Some(g) = &extra.group {
+        let _ = write!(out, "; a sub-group, {g}: ranks below are global ranks");
+    }
     out += "\n";
     let mut rows = vec![vec![
         "RANK".to_string(),
@@ -237,10 +256,10 @@ pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String 
         "NOW".into(),
         "LAST DONE".into(),
     ]];
-    rows.extend(status.ranks.iter().map(rank_row));
+    rows.extend(status.ranks.iter().map(|r| rank_row(r, extra)));
     out += &table(&rows);
     if let Some(w) = world {
-        let absent: Vec<Rank> = (0..w).filter(|r| status.rank(*r).is_none()).collect();
+        let absent: Vec<Rank> = (0..w).filter(|r| status.rank(*r).is_none()).map(|r| extra.global(r)).collect();
         if !absent.is_empty() {
             let _ = writeln!(out, "{} never connected", fmt_ranks(&absent));
         }
@@ -252,13 +271,13 @@ pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String 
         let _ = writeln!(out, "verdict: {}", record_text(v));
     }
     for (rank, text) in &extra.exits {
-        let _ = writeln!(out, "rank {rank} {text}");
+        let _ = writeln!(out, "rank {} {text}", extra.global(*rank));
     }
     out
 }
 
 /// One rank's row.
-fn rank_row(r: &RankStatus) -> Vec<String> {
+fn rank_row(r: &RankStatus, extra: &Extras) -> Vec<String> {
     let liveness = match r.liveness {
         Liveness::Connected => "connected".to_string(),
         other => format!("{other} {:.1} s ago", r.since_change.as_secs_f64()),
@@ -268,20 +287,20 @@ fn rank_row(r: &RankStatus) -> Vec<String> {
     let now = match (&beat, r.heartbeat_age) {
         (_, None) => "-".to_string(),
         (None, Some(_)) => "? (heartbeat not understood)".to_string(),
-        (Some(b), Some(age)) => doing(b, age, r.liveness == Liveness::Connected),
+        (Some(b), Some(age)) => doing(b, age, r.liveness == Liveness::Connected, extra),
     };
     let last = match &beat {
         Some(b) if b.last_completed > 0 => format!("#{}", b.last_completed),
         Some(_) => "none".into(),
         None => "-".into(),
     };
-    vec![r.rank.to_string(), r.host.clone(), r.pid.to_string(), liveness, heartbeat, now, last]
+    vec![extra.global(r.rank).to_string(), r.host.clone(), r.pid.to_string(), liveness, heartbeat, now, last]
 }
 
 /// What a heartbeat says the rank is doing: `all_reduce #7 (f32 x 4, sum)
 /// for 12.3 s, waiting for rank 1`. The time counts from the heartbeat's
 /// report to now (`age` later) while the rank is connected.
-fn doing(b: &Beat, age: Duration, connected: bool) -> String {
+fn doing(b: &Beat, age: Duration, connected: bool, extra: &Extras) -> String {
     let Some(r) = &b.running else {
         return "idle (outside any collective)".into();
     };
@@ -295,7 +314,7 @@ fn doing(b: &Beat, age: Duration, connected: bool) -> String {
     let ms = running_ms(r, age, connected);
     let mut s = format!("{}{label} for {:.1} s", if connected { "" } else { "last seen in " }, ms as f64 / 1000.0);
     if !r.awaited_peers.is_empty() {
-        let _ = write!(s, ", waiting for {}", fmt_ranks(&r.awaited_peers));
+        let _ = write!(s, ", waiting for {}", fmt_ranks(&extra.globals(&r.awaited_peers)));
     }
     s
 }
@@ -314,9 +333,11 @@ fn running_ms(r: &Running, age: Duration, connected: bool) -> u64 {
 /// The view as JSON (`--json`; the schema is in the help text).
 pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value {
     let world = status.ranks.iter().filter_map(|r| r.world_size).max();
-    let never: Vec<Rank> = world.map_or(Vec::new(), |w| (0..w).filter(|r| status.rank(*r).is_none()).collect());
-    let ranks: Vec<Value> = status.ranks.iter().map(rank_json).collect();
-    let exits: Vec<Value> = extra.exits.iter().map(|(rank, ending)| json!({"rank": rank, "ending": ending})).collect();
+    let never: Vec<Rank> =
+        world.map_or(Vec::new(), |w| (0..w).filter(|r| status.rank(*r).is_none()).map(|r| extra.global(r)).collect());
+    let ranks: Vec<Value> = status.ranks.iter().map(|r| rank_json(r, extra)).collect();
+    let exits: Vec<Value> =
+        extra.exits.iter().map(|(rank, ending)| json!({"rank": extra.global(*rank), "ending": ending})).collect();
     json!({
         "store": store,
         "generation": status.generation,
@@ -329,11 +350,12 @@ pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value 
         "verdict": extra.verdict.as_deref().map(record_json),
         "exits": exits,
         "dump_request": extra.dump_request,
+        "group": extra.group,
     })
 }
 
 /// One rank's object in [`to_json`].
-fn rank_json(r: &RankStatus) -> Value {
+fn rank_json(r: &RankStatus, extra: &Extras) -> Value {
     let connected = r.liveness == Liveness::Connected;
     let beat = Beat::decode(&r.heartbeat);
     let state = match (&beat, r.heartbeat_age) {
@@ -351,14 +373,15 @@ fn rank_json(r: &RankStatus) -> Value {
                 "call": run.fingerprint.to_string(),
                 "fingerprint": run.fingerprint,
                 "for_s": secs(Duration::from_millis(running_ms(run, age, connected))),
-                "waiting_for": run.awaited_peers,
+                "waiting_for": extra.globals(&run.awaited_peers),
             })
         }
         _ => Value::Null,
     };
     let beat = beat.filter(|_| r.heartbeat_age.is_some());
     json!({
-        "rank": r.rank,
+        "rank": extra.global(r.rank),
+        "group_rank": extra.group.as_ref().map(|_| r.rank),
         "host": r.host,
         "pid": r.pid,
         "version": r.version,
@@ -447,8 +470,7 @@ mod tests {
             ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
             abort: Some(b"rank 1 died".to_vec()),
         };
-        let extra =
-            Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], dump_request: None };
+        let extra = Extras { exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], ..Extras::default() };
         let text = render("h:1", &status, &extra);
         assert!(text.contains("2 ranks known, 1 connected, world size 3"), "{text}");
         assert!(text.contains("all_reduce #3 (f32 x 4, sum) for 10.0 s, waiting for rank 1"), "{text}");
@@ -459,6 +481,37 @@ mod tests {
         assert!(text.contains("rank 1 killed by signal 9 (SIGKILL)"), "{text}");
         let row0 = text.lines().find(|l| l.starts_with("0 ")).unwrap();
         assert!(row0.ends_with("#2"), "{row0}");
+    }
+
+    #[test]
+    fn a_sub_group_is_shown_in_global_ranks() {
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 4).with_reduce_op(ReduceOp::Sum);
+        let stuck = Beat {
+            last_started: 3,
+            last_completed: 2,
+            running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![2] }),
+        };
+        let status = JobStatus {
+            generation: 4,
+            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Connected, None)],
+            abort: None,
+        };
+        let extra = Extras {
+            exits: vec![(1, "exited with code 0".into())],
+            group: Some(Group::new("1", vec![1, 2, 3])),
+            ..Extras::default()
+        };
+        let text = render("h:1", &status, &extra);
+        assert!(text.contains("a sub-group, group 1 (ranks 1-3): ranks below are global ranks"), "{text}");
+        assert!(text.contains("waiting for rank 3"), "{text}");
+        assert!(text.contains("rank 3 never connected"), "{text}");
+        assert!(text.contains("rank 2 exited with code 0"), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("1 ")) && text.lines().any(|l| l.starts_with("2 ")), "{text}");
+        let j = to_json("h:1", &status, &extra);
+        assert_eq!((j["ranks"][0]["rank"].clone(), j["ranks"][0]["group_rank"].clone()), (json!(1), json!(0)));
+        assert_eq!(j["ranks"][0]["current"]["waiting_for"], json!([3]));
+        assert_eq!(j["never_connected"], json!([3]));
+        assert_eq!(j["group"]["name"], "1");
     }
 
     #[test]
@@ -477,8 +530,11 @@ mod tests {
             ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle)), late],
             abort: Some(b"rank 1 died".to_vec()),
         };
-        let extra =
-            Extras { verdict: None, exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], dump_request: Some(2) };
+        let extra = Extras {
+            exits: vec![(1, "killed by signal 9 (SIGKILL)".into())],
+            dump_request: Some(2),
+            ..Extras::default()
+        };
         let j = to_json("h:1", &status, &extra);
         assert_eq!(j["store"], "h:1");
         assert_eq!(j["generation"], 4);

@@ -19,6 +19,11 @@ pub fn rank(r: Rank) -> String {
 /// Prefix of every registration.
 pub const RANK_PREFIX: &str = "rl/rank/";
 
+/// The sub-group the job's communicator spans, when it is one (JSON
+/// [`ringleader_core::Group`], written by its rank 0): tools name global
+/// ranks with it.
+pub const GROUP: &str = "rl/group";
+
 /// The world size the first rank to join claimed.
 pub const WORLD_SIZE: &str = "rl/world_size";
 
