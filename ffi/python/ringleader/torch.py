@@ -26,7 +26,8 @@ process uses to reach ``MASTER_ADDR`` (or torch's TCPStore host, or the host
 name). ringleader's store is never bound on ``MASTER_PORT``, where torch's
 own TCPStore lives.
 
-Ranks in messages: a sub-group's communicator numbers its ranks 0..n-1, as
+Ranks in messages: a sub-group's communicator (``new_group``, ``split_group``)
+numbers its ranks 0..n-1, as
 torch does; the backend hands ringleader each one's global rank and torch's
 group name, so verdicts, warnings and dumps name global ranks and the group
 (``rank 3 ... did not enter all_reduce #2 of group 1 (ranks 1-3)``).
@@ -339,6 +340,9 @@ class RingleaderBackend(_CBackend):
 
     def __init__(self, store, rank: int, size: int, timeout, global_ranks=None, group_name=None):
         super().__init__(rank, size)
+        # The global rank of each of this group's ranks (split() maps through it).
+        self._global_ranks = [int(r) for r in global_ranks] if global_ranks else list(range(size))
+        self._timeout = timeout
         self._rl, self._store = _connect(store, rank, size, timeout, _group_args(global_ranks, group_name))
         self._futures: Optional[_Completer] = None
         self._closed = False
@@ -350,11 +354,37 @@ class RingleaderBackend(_CBackend):
     # base class, the lookup recurses (torch 2.15), so each is spelled out.
 
     supports_coalescing = property(lambda self: False)
-    supports_splitting = property(lambda self: False)
+    supports_splitting = property(lambda self: True)
     supports_shrinking = property(lambda self: False)
     supports_reconfigure = property(lambda self: False)
     supports_window = property(lambda self: False)
     _supports_time_estimate = property(lambda self: False)
+
+    @property
+    def options(self):
+        """The backend's options (torch's split_group copies them); without
+        this the lookup falls through to the C++ base class and recurses."""
+        opts = _CBackend.Options(BACKEND, self._timeout)
+        return opts
+
+    def split(self, store, ranks, opts):
+        """``dist.split_group``: a new backend over ``ranks`` (this group's
+        ranks), on the store torch namespaced for the child group."""
+        ranks = [int(r) for r in ranks]
+        if self.rank() not in ranks:
+            return None
+        timeout = getattr(opts, "_timeout", None) or self._timeout
+        name = getattr(opts, "group_name", None) or None
+        if name and len(name) > 12:  # torch hashes split groups' names; a prefix tells them apart
+            name = name[:8]
+        return RingleaderBackend(
+            store,
+            ranks.index(self.rank()),
+            len(ranks),
+            timeout,
+            global_ranks=[self._global_ranks[r] for r in ranks],
+            group_name=name,
+        )
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND

@@ -103,6 +103,21 @@ def test_monitored_barrier_in_a_sub_group_names_global_rank_3():
     assert "rank 1 reports" in errs[2]["message"], errs[2]
 
 
+def test_split_group_names_global_ranks():
+    job = torchrun("split")
+    text = job[0].text
+    for r, want in ((0, 1), (1, 1), (2, 5), (3, 5)):
+        assert f"R{r} SUM {want}" in text, text
+    errs = errors(job)
+    assert set(errs) == {2}, text
+    e = errs[2]
+    assert e["kind"] == "missed-collective" and e["ranks"] == [3], e
+    first = e["message"].splitlines()[0]
+    assert first.startswith("[missed-collective] rank 3 (") and "(ranks 2, 3)" in first, first
+    assert "rank 2 waits in it" in first, first
+    assert "R0 DONE" in text and "R1 DONE" in text, text
+
+
 def test_overlapping_sub_groups_run_concurrently_with_their_own_sequence_numbers():
     job = torchrun("concurrent")
     assert job[0].code == 0, job[0].text

@@ -79,6 +79,23 @@ def main():
         dist.destroy_process_group()
         say(rank, "DONE")
         return
+    if scenario == "split":
+        # split_group: {0, 1} and {2, 3}; global rank 3 (group rank 1 of the
+        # second) skips the second all_reduce and leaves.
+        g = dist.split_group(split_ranks=[[0, 1], [2, 3]])
+        t = torch.full((4,), float(rank))
+        dist.all_reduce(t, group=g)
+        say(rank, f"SUM {t[0].item():g}")
+        t0 = time.monotonic()
+        try:
+            if rank != 3:
+                dist.all_reduce(t, group=g)
+        except dist.DistBackendError as e:
+            report(rank, e, t0)
+            os._exit(3)
+        say(rank, "DONE")
+        dist.destroy_process_group()
+        return
     g = dist.new_group([1, 2, 3])
     t = torch.ones(4)
     if rank in (1, 2, 3):
