@@ -6,6 +6,7 @@ use crate::local;
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
+use crate::pidwatch::PidWatch;
 use crate::rendezvous::{self, hostname};
 use crate::work::Completion;
 use crate::work::Work;
@@ -196,7 +197,12 @@ impl Communicator {
             .spawn(move || engine_shared.engine_loop())
             .map_err(|e| Error::invalid("init", format!("cannot start the engine thread: {e}")))?;
         let stop = Arc::new(Stop::default());
-        let monitor = monitor::spawn(shared.clone(), joined.member, stop.clone());
+        let watch = match shared.peers.get(shared.rank) {
+            Some(me) => PidWatch::new(me, &shared.peers),
+            None => PidWatch::default(),
+        };
+        tracing::debug!(rank = shared.rank, peers = watch.len(), "watching same-host peers through pidfds");
+        let monitor = monitor::spawn(shared.clone(), joined.member, watch, stop.clone());
         tracing::debug!(rank = shared.rank, world = shared.world, "communicator ready");
         Ok(Communicator {
             shared,

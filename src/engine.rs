@@ -163,6 +163,9 @@ pub(crate) struct Shared {
     pub plane: &'static str,
     /// Sends and receives, on their own lane.
     pub p2p: crate::p2p::P2p,
+    /// Same-host peers whose process was seen ending (through a pidfd), for
+    /// a verdict reached without the store.
+    pub ended: Mutex<Vec<Rank>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -220,6 +223,7 @@ impl Shared {
             user_aborted: AtomicBool::new(false),
             plane: "tcp",
             p2p,
+            ended: Mutex::new(Vec::new()),
             cfg,
         }
     }

@@ -103,8 +103,21 @@ impl Shared {
 
     /// A verdict from this rank's own knowledge, when the store is gone.
     fn decide_alone(&self, observation: &Observation) -> Diagnosis {
-        let mut peers = Vec::new();
-        if self.store_in_rank0 && self.rank != 0 {
+        let mut peers: Vec<PeerView> = self
+            .ended
+            .lock()
+            .iter()
+            .map(|&r| PeerView {
+                rank: r,
+                liveness: Liveness::Vanished,
+                host: self.peers.get(r).map(|p| p.host.clone()),
+                pid: self.peers.get(r).map(|p| p.pid),
+                heartbeat_age_ms: None,
+                beat: None,
+                exit: None,
+            })
+            .collect();
+        if self.store_in_rank0 && self.rank != 0 && !peers.iter().any(|p| p.rank == 0) {
             // The store lived in rank 0's process; losing it means losing rank 0.
             peers.push(PeerView {
                 rank: 0,

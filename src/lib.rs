@@ -35,6 +35,7 @@ mod log;
 mod monitor;
 mod monitored;
 mod p2p;
+mod pidwatch;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;

@@ -9,11 +9,14 @@
 //!   that left or vanished while this rank waits for it, which aborts the
 //!   running collective at once instead of at the timeout;
 //! - checks the running operation against the stall warning and the hard
-//!   timeout.
+//!   timeout;
+//! - polls the pidfds of the peers on its host ([`crate::pidwatch`]), so a
+//!   dead same-host peer is named even when the store died with it.
 
 use crate::engine::Shared;
 use crate::failure::AbortRecord;
 use crate::log;
+use crate::pidwatch::PidWatch;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Config, Error, Fingerprint, Rank};
@@ -85,10 +88,11 @@ struct Monitor {
     published: bool,
     dump_counter: Option<Vec<u8>>,
     watch: Watch,
+    pids: PidWatch,
 }
 
 /// Starts the monitor thread.
-pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, stop: Arc<Stop>) -> JoinHandle<()> {
+pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, stop: Arc<Stop>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("ringleader-monitor-{}", shared.rank))
         .spawn(move || {
@@ -114,6 +118,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, stop: Arc<Stop>) ->
                 published: false,
                 dump_counter: None,
                 watch: Watch::default(),
+                pids,
             }
             .run()
         })
@@ -129,6 +134,7 @@ impl Monitor {
             } else if self.stop.sleep(TICK) {
                 break;
             }
+            self.peers_ended();
             self.watchdog();
             self.interrupt();
             if self.sigusr1.swap(false, Ordering::AcqRel) {
@@ -239,6 +245,59 @@ impl Monitor {
                 },
             };
             sh.abort.abort(reason);
+            return;
+        }
+    }
+
+    /// Same-host peers whose process ended: abort an operation that needs
+    /// one of them, unless the store says it left cleanly (a peer exits
+    /// after it leaves; the store's news covers a departure).
+    fn peers_ended(&mut self) {
+        let ended = self.pids.ended();
+        let sh = self.shared.clone();
+        if !ended.is_empty() {
+            sh.ended.lock().extend(&ended);
+            // A fresh view: a peer that left cleanly exits right after.
+            if let Some(store) = self.store.as_mut() {
+                if let Ok(status) = store.status(None, Duration::ZERO) {
+                    self.last_status = Some(status);
+                }
+            }
+        }
+        if sh.destroyed.load(Ordering::Relaxed) || sh.abort.is_aborted() {
+            return;
+        }
+        let gone = sh.ended.lock().clone();
+        if gone.is_empty() {
+            return;
+        }
+        let running = *sh.current.lock();
+        let pending = sh.p2p.pending.load(Ordering::Relaxed);
+        for r in gone {
+            let seen = self.last_status.as_ref().and_then(|s| s.rank(r));
+            if seen.is_some_and(|x| x.liveness == Liveness::Left) {
+                continue;
+            }
+            let beat = seen.and_then(|x| Beat::decode(&x.heartbeat));
+            let (op, seq) = match running {
+                Some((seq, fp)) if !fp.op.is_p2p() || fp.root == Some(r as u32) => {
+                    if seq > 0 && beat.as_ref().is_some_and(|b| b.last_completed >= seq) {
+                        continue;
+                    }
+                    (fp.op, seq)
+                }
+                _ if r < 64 && pending & (1 << r) != 0 => (ringleader_core::OpKind::Recv, 0),
+                _ => continue,
+            };
+            let (host, pid) = sh.peers.get(r).map_or(("?".into(), 0), |p| (p.host.clone(), p.pid));
+            sh.abort.abort(Error::PeerLost {
+                peer: r,
+                op,
+                seq,
+                detail: format!(
+                    "its process ({host} pid {pid}) ended without leaving the job (seen through its pidfd)"
+                ),
+            });
             return;
         }
     }

@@ -29,7 +29,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// What each rank registers at the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PeerInfo {
     pub rank: Rank,
     pub world_size: usize,
@@ -55,6 +55,9 @@ pub(crate) struct PeerInfo {
     /// This rank's `RINGLEADER_STREAMS` setting.
     #[serde(default)]
     pub streams: usize,
+    /// Its pid namespace: a pid names the same process only within one.
+    #[serde(default)]
+    pub pid_ns: String,
 }
 
 impl PeerInfo {
@@ -63,7 +66,7 @@ impl PeerInfo {
     }
 
     /// Whether both run on one host (same name, same booted kernel).
-    fn same_host(&self, other: &PeerInfo) -> bool {
+    pub(crate) fn same_host(&self, other: &PeerInfo) -> bool {
         self.host == other.host && self.boot_id == other.boot_id
     }
 }
@@ -161,6 +164,7 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
         // Init has checked the name; `parse_algo` gives its canonical form.
         algo: cfg.algo.as_deref().and_then(|a| parse_algo(a).ok().flatten()).unwrap_or("auto").into(),
         streams: cfg.streams,
+        pid_ns: crate::pidwatch::pid_namespace(),
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     if let (Some(g), 0) = (&cfg.group, cfg.rank) {
@@ -654,6 +658,7 @@ mod tests {
             transport: "auto".into(),
             algo: "auto".into(),
             streams: 1,
+            pid_ns: String::new(),
         }
     }
 

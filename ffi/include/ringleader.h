@@ -557,6 +557,17 @@ int rl_store_addr(const struct rl_store *store, char **out);
 // `store` NULL or live.
 int rl_store_wait_idle(const struct rl_store *store, double timeout_s);
 
+// Serves a job to its end: waits at most `join_timeout_s` seconds for a
+// first rank to join, then until no rank is connected any more (every one
+// left or vanished), however long the job runs. What a store process of its
+// own runs (the Python package's detached store, which must outlive any one
+// rank so that its death is still reported). Returns 0, or `timeout` when
+// no rank joined in time.
+//
+// # Safety
+// `store` NULL or live.
+int rl_store_serve_job(const struct rl_store *store, double join_timeout_s);
+
 // Stops the store server (connections close) and frees the handle. NULL
 // is ignored.
 //

@@ -122,8 +122,49 @@ pub unsafe extern "C" fn rl_store_wait_idle(store: *const RlStore, timeout_s: f6
     })
 }
 
-fn wait_idle(s: &RlStore, limit: Duration) -> ringleader_core::Result<()> {
-    let deadline = Instant::now() + limit;
+/// Serves a job to its end: waits at most `join_timeout_s` seconds for a
+/// first rank to join, then until no rank is connected any more (every one
+/// left or vanished), however long the job runs. What a store process of its
+/// own runs (the Python package's detached store, which must outlive any one
+/// rank so that its death is still reported). Returns 0, or `timeout` when
+/// no rank joined in time.
+///
+/// # Safety
+/// `store` NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rl_store_serve_job(store: *const RlStore, join_timeout_s: f64) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded caller guarantee.
+        let Some(s) = (unsafe { store.as_ref() }) else { return invalid("store", "is NULL") };
+        if !(0.0..1e9).contains(&join_timeout_s) {
+            return invalid("join_timeout_s", format!("{join_timeout_s} is not a usable number of seconds"));
+        }
+        match serve_job(s, Duration::from_secs_f64(join_timeout_s)) {
+            Ok(()) => RL_OK,
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+fn serve_job(s: &RlStore, join_timeout: Duration) -> ringleader_core::Result<()> {
+    let deadline = Instant::now() + join_timeout;
+    let mut client = tool_client(s, join_timeout)?;
+    let mut since = None;
+    loop {
+        let status = client.status(since, Duration::from_secs(1))?;
+        let joined = !status.ranks.is_empty();
+        if joined && status.with(Liveness::Connected).is_empty() {
+            return Ok(());
+        }
+        if !joined && Instant::now() >= deadline {
+            return Err(Error::Timeout { op: OpKind::Barrier, seq: 0, waited: join_timeout, awaited: Vec::new() });
+        }
+        since = Some(status.generation);
+    }
+}
+
+/// A tool connection to the store `s` serves.
+fn tool_client(s: &RlStore, connect_limit: Duration) -> ringleader_core::Result<StoreClient> {
     let bound = s.server.local_addr();
     let ip = if bound.ip().is_unspecified() {
         if bound.is_ipv4() {
@@ -136,8 +177,13 @@ fn wait_idle(s: &RlStore, limit: Duration) -> ringleader_core::Result<()> {
     };
     let mut opts = ClientOptions::new(s.run_id.clone());
     opts.token = s.token.clone();
-    opts.connect_timeout = limit.min(Duration::from_secs(5));
-    let mut client = StoreClient::connect(&SocketAddr::new(ip, bound.port()).to_string(), opts)?;
+    opts.connect_timeout = connect_limit.min(Duration::from_secs(5));
+    StoreClient::connect(&SocketAddr::new(ip, bound.port()).to_string(), opts)
+}
+
+fn wait_idle(s: &RlStore, limit: Duration) -> ringleader_core::Result<()> {
+    let deadline = Instant::now() + limit;
+    let mut client = tool_client(s, limit)?;
     let mut since = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -40,7 +40,7 @@ use ringleader_core::Fingerprint;
 /// Size of an encoded [`FrameHeader`].
 pub const HEADER_LEN: usize = 40;
 /// Frame format version; peers with another version are refused at connect.
-pub const FRAME_VERSION: u8 = 2;
+pub const FRAME_VERSION: u8 = 3;
 const MAGIC: u16 = 0x4c52;
 
 /// What a frame carries.

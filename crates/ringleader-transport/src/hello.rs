@@ -1,28 +1,85 @@
 //! The data-plane handshake, sans-IO.
 //!
-//! The connecting rank speaks first: it names the run, itself, the rank it
-//! means to reach and the stream index, and proves it knows the job's token
-//! with an HMAC (the token never crosses the wire). The accepting rank answers
-//! with one status byte. Both messages are small and fixed in shape, and the
-//! decoder bounds the one variable field (the run id) before reading it.
+//! The accepting rank speaks first, with a [`Challenge`]: a fresh random
+//! nonce. The connecting rank answers with a [`Hello`]: it names the run,
+//! itself, the rank it means to reach and the stream index, and proves it
+//! knows the job's token with an HMAC over those fields and the nonce (the
+//! token never crosses the wire, and a hello recorded from one connection
+//! is worthless on another). The accepting rank answers with one status
+//! byte. Every message is small and fixed in shape, and the decoder bounds
+//! the one variable field (the run id) before reading it.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 const MAGIC: u32 = 0x484c_4452; // "RDLH" read little endian
+const CHALLENGE_MAGIC: u32 = 0x4843_4c52; // "RLCH" read little endian
 /// Longest run id accepted on the wire.
 pub const MAX_RUN_ID: usize = 256;
+/// Bytes of a challenge's nonce.
+pub const NONCE_LEN: usize = 16;
 
-/// What the connector sends.
+/// What the acceptor sends first: a nonce the connector's MAC must cover.
+///
+/// ```
+/// use ringleader_transport::hello::Challenge;
+/// let c = Challenge::fresh().unwrap();
+/// let bytes = c.encode();
+/// assert_eq!(Challenge::decode(&bytes), Ok(Some(c)));
+/// assert_eq!(Challenge::decode(&bytes[..3]), Ok(None));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Challenge {
+    /// Random bytes, new for every accepted connection.
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Challenge {
+    /// Bytes on the wire.
+    pub const LEN: usize = 4 + NONCE_LEN;
+
+    /// A challenge with a nonce from the kernel's random source.
+    pub fn fresh() -> std::io::Result<Challenge> {
+        use std::io::Read;
+        let mut nonce = [0u8; NONCE_LEN];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut nonce)?;
+        Ok(Challenge { nonce })
+    }
+
+    /// Encodes the challenge.
+    pub fn encode(&self) -> [u8; Challenge::LEN] {
+        let mut b = [0u8; Challenge::LEN];
+        b[..4].copy_from_slice(&CHALLENGE_MAGIC.to_le_bytes());
+        b[4..].copy_from_slice(&self.nonce);
+        b
+    }
+
+    /// Decodes a challenge from the front of `b`: `Ok(None)` while incomplete.
+    pub fn decode(b: &[u8]) -> Result<Option<Challenge>, HelloError> {
+        if b.len() >= 4 && b[0..4] != CHALLENGE_MAGIC.to_le_bytes() {
+            return Err(HelloError::BadMagic);
+        }
+        if b.len() < Challenge::LEN {
+            return Ok(None);
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[4..Challenge::LEN]);
+        Ok(Some(Challenge { nonce }))
+    }
+}
+
+/// What the connector sends, in answer to a [`Challenge`].
 ///
 /// ```
 /// use ringleader_transport::hello::Hello;
-/// let h = Hello::new("run-1", 3, 0, 1, 4, Some("secret"));
+/// let nonce = [7u8; 16];
+/// let h = Hello::new("run-1", 3, 0, 1, 4, Some("secret"), &nonce);
 /// let bytes = h.encode();
 /// let (back, used) = Hello::decode(&bytes).unwrap().unwrap();
 /// assert_eq!((&back, used), (&h, bytes.len()));
-/// assert!(back.verify(Some("secret")));
-/// assert!(!back.verify(Some("other")));
+/// assert!(back.verify(Some("secret"), &nonce));
+/// assert!(!back.verify(Some("other"), &nonce));
+/// assert!(!back.verify(Some("secret"), &[8u8; 16]), "a replay under another nonce");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -38,7 +95,8 @@ pub struct Hello {
     pub world: u32,
     /// The job's run id.
     pub run_id: String,
-    /// HMAC-SHA256 over the other fields, keyed with the job token (zeros without one).
+    /// HMAC-SHA256 over the other fields and the acceptor's nonce, keyed
+    /// with the job token (zeros without one).
     pub mac: [u8; 32],
 }
 
@@ -98,8 +156,16 @@ impl Reply {
 const FIXED: usize = 4 + 1 + 4 + 4 + 2 + 4 + 2 + 32;
 
 impl Hello {
-    /// A hello with its MAC computed from `token`.
-    pub fn new(run_id: &str, src: u32, dst: u32, stream: u16, world: u32, token: Option<&str>) -> Hello {
+    /// A hello with its MAC computed from `token` and the acceptor's `nonce`.
+    pub fn new(
+        run_id: &str,
+        src: u32,
+        dst: u32,
+        stream: u16,
+        world: u32,
+        token: Option<&str>,
+        nonce: &[u8; NONCE_LEN],
+    ) -> Hello {
         let mut h = Hello {
             version: crate::frame::FRAME_VERSION,
             src,
@@ -109,11 +175,11 @@ impl Hello {
             run_id: run_id.chars().take(MAX_RUN_ID).collect(),
             mac: [0; 32],
         };
-        h.mac = h.compute_mac(token);
+        h.mac = h.compute_mac(token, nonce);
         h
     }
 
-    fn compute_mac(&self, token: Option<&str>) -> [u8; 32] {
+    fn compute_mac(&self, token: Option<&str>, nonce: &[u8; NONCE_LEN]) -> [u8; 32] {
         let Some(token) = token else { return [0; 32] };
         let Ok(mut m) = Hmac::<Sha256>::new_from_slice(token.as_bytes()) else {
             return [0; 32];
@@ -124,12 +190,13 @@ impl Hello {
         m.update(&self.stream.to_le_bytes());
         m.update(&self.world.to_le_bytes());
         m.update(self.run_id.as_bytes());
+        m.update(nonce);
         m.finalize().into_bytes().into()
     }
 
-    /// Whether the MAC matches `token` (in constant time).
-    pub fn verify(&self, token: Option<&str>) -> bool {
-        let want = self.compute_mac(token);
+    /// Whether the MAC matches `token` and `nonce` (in constant time).
+    pub fn verify(&self, token: Option<&str>, nonce: &[u8; NONCE_LEN]) -> bool {
+        let want = self.compute_mac(token, nonce);
         want.iter().zip(self.mac.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 
@@ -183,13 +250,13 @@ impl Hello {
         )))
     }
 
-    /// The acceptor's decision about this hello.
-    pub fn judge(&self, me: u32, world: u32, run_id: &str, token: Option<&str>) -> Reply {
+    /// The acceptor's decision about this hello, answering its challenge `nonce`.
+    pub fn judge(&self, me: u32, world: u32, run_id: &str, token: Option<&str>, nonce: &[u8; NONCE_LEN]) -> Reply {
         if self.version != crate::frame::FRAME_VERSION {
             Reply::Version
         } else if self.run_id != run_id {
             Reply::ForeignRun
-        } else if !self.verify(token) {
+        } else if !self.verify(token, nonce) {
             Reply::AuthFailed
         } else if self.dst != me || self.world != world || self.src >= world {
             Reply::WrongPeer
@@ -205,7 +272,7 @@ mod tests {
 
     #[test]
     fn incomplete_and_bad_input() {
-        let b = Hello::new("r", 1, 0, 0, 2, None).encode();
+        let b = Hello::new("r", 1, 0, 0, 2, None, &[0; NONCE_LEN]).encode();
         for cut in 0..b.len() {
             assert_eq!(Hello::decode(&b[..cut]), Ok(None), "cut at {cut}");
         }
@@ -217,12 +284,14 @@ mod tests {
 
     #[test]
     fn judge_decisions() {
-        let h = Hello::new("run", 1, 0, 0, 2, Some("t"));
-        assert_eq!(h.judge(0, 2, "run", Some("t")), Reply::Ok);
-        assert_eq!(h.judge(0, 2, "other", Some("t")), Reply::ForeignRun);
-        assert_eq!(h.judge(0, 2, "run", None), Reply::AuthFailed);
-        assert_eq!(h.judge(1, 2, "run", Some("t")), Reply::WrongPeer);
-        assert_eq!(h.judge(0, 3, "run", Some("t")), Reply::WrongPeer);
+        let n = [3u8; NONCE_LEN];
+        let h = Hello::new("run", 1, 0, 0, 2, Some("t"), &n);
+        assert_eq!(h.judge(0, 2, "run", Some("t"), &n), Reply::Ok);
+        assert_eq!(h.judge(0, 2, "other", Some("t"), &n), Reply::ForeignRun);
+        assert_eq!(h.judge(0, 2, "run", None, &n), Reply::AuthFailed);
+        assert_eq!(h.judge(0, 2, "run", Some("t"), &[4u8; NONCE_LEN]), Reply::AuthFailed);
+        assert_eq!(h.judge(1, 2, "run", Some("t"), &n), Reply::WrongPeer);
+        assert_eq!(h.judge(0, 3, "run", Some("t"), &n), Reply::WrongPeer);
         for r in [Reply::Ok, Reply::ForeignRun, Reply::AuthFailed, Reply::WrongPeer, Reply::Version] {
             assert_eq!(Reply::from_code(r.code()), r);
         }
@@ -235,6 +304,7 @@ mod tests {
             let mut framed = MAGIC.to_le_bytes().to_vec();
             framed.extend_from_slice(&bytes);
             let _ = Hello::decode(&framed);
+            let _ = Challenge::decode(&bytes);
         }
     }
 }

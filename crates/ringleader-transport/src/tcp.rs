@@ -7,7 +7,7 @@
 //! higher ranks connect, all pairs at once on one thread, so a blocked port
 //! costs one connect timeout, not one per peer.
 
-use crate::hello::{Hello, Reply};
+use crate::hello::{Challenge, Hello, Reply};
 use crate::link::{Link, ReadOutcome};
 use ringleader_core::{config::join_host_port, error::Unreachable, AbortSignal, Error, Rank, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 /// Socket buffer size asked for on data connections. Loopback and LAN
 /// throughput need a few MiB in flight.
 const SOCKET_BUFFER: usize = 4 << 20;
+/// Refused strangers named in a mesh error, at most.
+const MAX_STRANGERS_NOTED: usize = 4;
 
 /// Bytes of the pipe that [`TcpLink::try_splice`] moves pages through (the
 /// kernel's default limit for unprivileged processes).
@@ -336,10 +338,21 @@ pub struct Mesh {
 }
 
 enum Pending {
-    /// Outbound: connect in progress, then hello out, then reply in.
-    Out { peer: Rank, stream: u16, sock: Socket, addr: SocketAddr, hello: Vec<u8>, sent: usize, connected: bool },
-    /// Inbound: accepted, hello being read.
-    In { sock: TcpStream, buf: Vec<u8> },
+    /// Outbound: connect in progress, then the acceptor's challenge in
+    /// (`got`), then the hello out (made once the challenge is complete),
+    /// then the reply in.
+    Out {
+        peer: Rank,
+        stream: u16,
+        sock: Socket,
+        addr: SocketAddr,
+        got: Vec<u8>,
+        hello: Vec<u8>,
+        sent: usize,
+        connected: bool,
+    },
+    /// Inbound: accepted, the challenge going out, then the hello being read.
+    In { sock: TcpStream, challenge: Challenge, sent: usize, buf: Vec<u8> },
 }
 
 impl Mesh {
@@ -374,6 +387,10 @@ struct MeshBuilder<'a> {
     failures: Vec<Unreachable>,
     /// Lower peers whose outbound connection failed for good.
     failed_out: Vec<bool>,
+    /// Connections refused for another run id or a wrong token: dropped
+    /// (a stranger must not end the job's start), and named if the mesh
+    /// then times out.
+    strangers: Vec<String>,
 }
 
 impl<'a> MeshBuilder<'a> {
@@ -388,6 +405,7 @@ impl<'a> MeshBuilder<'a> {
             refused: Vec::new(),
             failures: Vec::new(),
             failed_out: vec![false; opts.world],
+            strangers: Vec::new(),
         };
         for peer in 0..opts.rank {
             let addr = match resolve(&addrs[peer]) {
@@ -430,9 +448,16 @@ impl<'a> MeshBuilder<'a> {
             Err(e) if e.raw_os_error() == Some(libc_einprogress()) || e.kind() == io::ErrorKind::WouldBlock => false,
             Err(e) => return self.fail(o.rank, peer, addr.to_string(), e.to_string()),
         };
-        let hello =
-            Hello::new(&o.run_id, o.rank as u32, peer as u32, stream, o.world as u32, o.token.as_deref()).encode();
-        self.pending.push(Pending::Out { peer, stream, sock, addr, hello, sent: 0, connected });
+        self.pending.push(Pending::Out {
+            peer,
+            stream,
+            sock,
+            addr,
+            got: Vec::new(),
+            hello: Vec::new(),
+            sent: 0,
+            connected,
+        });
     }
 
     /// Every outbound pair is made or given up on, and every inbound one made.
@@ -487,10 +512,17 @@ impl<'a> MeshBuilder<'a> {
         for p in &self.pending {
             match p {
                 Pending::Out { sock, sent, hello, connected, .. } => {
-                    let want = if !connected || sent < &hello.len() { PollFlags::OUT } else { PollFlags::IN };
+                    let want = if !connected || (!hello.is_empty() && sent < &hello.len()) {
+                        PollFlags::OUT
+                    } else {
+                        PollFlags::IN
+                    };
                     fds.push(PollFd::from_borrowed_fd(sock.as_fd(), want));
                 }
-                Pending::In { sock, .. } => fds.push(PollFd::from_borrowed_fd(sock.as_fd(), PollFlags::IN)),
+                Pending::In { sock, sent, .. } => {
+                    let want = if *sent < Challenge::LEN { PollFlags::OUT } else { PollFlags::IN };
+                    fds.push(PollFd::from_borrowed_fd(sock.as_fd(), want));
+                }
             }
         }
         let left = until.saturating_duration_since(Instant::now());
@@ -504,7 +536,11 @@ impl<'a> MeshBuilder<'a> {
             match self.listener.listener.accept() {
                 Ok((sock, _)) => {
                     let _ = sock.set_nonblocking(true);
-                    self.pending.push(Pending::In { sock, buf: Vec::new() });
+                    // A connection we cannot challenge is dropped; its
+                    // connector retries or reports the pair.
+                    if let Ok(challenge) = Challenge::fresh() {
+                        self.pending.push(Pending::In { sock, challenge, sent: 0, buf: Vec::new() });
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -529,7 +565,7 @@ impl<'a> MeshBuilder<'a> {
     /// Moves one pending connection forward; returns it if still pending.
     fn advance(&mut self, p: Pending, progressed: &mut bool) -> Result<Option<Pending>> {
         match p {
-            Pending::Out { peer, stream, sock, addr, hello, mut sent, mut connected } => {
+            Pending::Out { peer, stream, sock, addr, mut got, mut hello, mut sent, mut connected } => {
                 let o = self.opts;
                 if self.failed_out[peer] {
                     return Ok(None);
@@ -558,7 +594,50 @@ impl<'a> MeshBuilder<'a> {
                             *progressed = true;
                         }
                         Err(_) => {
-                            return Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }));
+                            return Ok(Some(Pending::Out { peer, stream, sock, addr, got, hello, sent, connected }));
+                        }
+                    }
+                }
+                if hello.is_empty() {
+                    // The acceptor's challenge first: our MAC covers its nonce.
+                    let mut chunk = [0u8; Challenge::LEN];
+                    let want = Challenge::LEN - got.len();
+                    match rustix::net::recv(&sock, &mut chunk[..want], RecvFlags::DONTWAIT) {
+                        Ok((_, 0)) => {
+                            let detail = "the peer closed the connection during the handshake".to_string();
+                            self.fail(o.rank, peer, addr.to_string(), detail);
+                            return Ok(None);
+                        }
+                        Ok((_, n)) => {
+                            *progressed = true;
+                            got.extend_from_slice(&chunk[..n]);
+                        }
+                        Err(rustix::io::Errno::AGAIN) => {}
+                        Err(e) => {
+                            self.fail(o.rank, peer, addr.to_string(), format!("waiting for the handshake: {e}"));
+                            return Ok(None);
+                        }
+                    }
+                    match Challenge::decode(&got) {
+                        Ok(Some(c)) => {
+                            hello = Hello::new(
+                                &o.run_id,
+                                o.rank as u32,
+                                peer as u32,
+                                stream,
+                                o.world as u32,
+                                o.token.as_deref(),
+                                &c.nonce,
+                            )
+                            .encode();
+                        }
+                        Ok(None) => {
+                            return Ok(Some(Pending::Out { peer, stream, sock, addr, got, hello, sent, connected }))
+                        }
+                        Err(_) => {
+                            let detail = "what answers there is not a ringleader rank (no data-plane challenge)";
+                            self.fail(o.rank, peer, addr.to_string(), detail.into());
+                            return Ok(None);
                         }
                     }
                 }
@@ -574,7 +653,7 @@ impl<'a> MeshBuilder<'a> {
                             return Ok(None);
                         }
                     }
-                    return Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }));
+                    return Ok(Some(Pending::Out { peer, stream, sock, addr, got, hello, sent, connected }));
                 }
                 let mut reply = [0u8; 1];
                 match rustix::net::recv(&sock, &mut reply, RecvFlags::DONTWAIT) {
@@ -589,7 +668,7 @@ impl<'a> MeshBuilder<'a> {
                         Ok(None)
                     }
                     Err(rustix::io::Errno::AGAIN) => {
-                        Ok(Some(Pending::Out { peer, stream, sock, addr, hello, sent, connected }))
+                        Ok(Some(Pending::Out { peer, stream, sock, addr, got, hello, sent, connected }))
                     }
                     Err(e) => {
                         self.fail(o.rank, peer, addr.to_string(), format!("waiting for the handshake reply: {e}"));
@@ -597,7 +676,19 @@ impl<'a> MeshBuilder<'a> {
                     }
                 }
             }
-            Pending::In { sock, mut buf } => {
+            Pending::In { sock, challenge, mut sent, mut buf } => {
+                if sent < Challenge::LEN {
+                    let bytes = challenge.encode();
+                    match rustix::net::send(&sock, &bytes[sent..], SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+                        Ok(n) => {
+                            *progressed = true;
+                            sent += n;
+                        }
+                        Err(rustix::io::Errno::AGAIN) => {}
+                        Err(_) => return Ok(None),
+                    }
+                    return Ok(Some(Pending::In { sock, challenge, sent, buf }));
+                }
                 let mut chunk = [0u8; 512];
                 match rustix::net::recv(&sock, &mut chunk, RecvFlags::DONTWAIT) {
                     Ok((_, 0)) => {
@@ -607,9 +698,9 @@ impl<'a> MeshBuilder<'a> {
                     Ok((_, n)) => {
                         *progressed = true;
                         buf.extend_from_slice(&chunk[..n]);
-                        self.judge_in(sock, buf)
+                        self.judge_in(sock, challenge, buf)
                     }
-                    Err(rustix::io::Errno::AGAIN) => Ok(Some(Pending::In { sock, buf })),
+                    Err(rustix::io::Errno::AGAIN) => Ok(Some(Pending::In { sock, challenge, sent, buf })),
                     Err(_) => Ok(None),
                 }
             }
@@ -648,15 +739,15 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn judge_in(&mut self, sock: TcpStream, buf: Vec<u8>) -> Result<Option<Pending>> {
+    fn judge_in(&mut self, sock: TcpStream, challenge: Challenge, buf: Vec<u8>) -> Result<Option<Pending>> {
         let o = self.opts;
         let hello = match Hello::decode(&buf) {
-            Ok(None) => return Ok(Some(Pending::In { sock, buf })),
+            Ok(None) => return Ok(Some(Pending::In { sock, challenge, sent: Challenge::LEN, buf })),
             Ok(Some((h, _))) => h,
             // Not one of ours (a port scanner, a stale client): drop it.
             Err(_) => return Ok(None),
         };
-        let reply = hello.judge(o.rank as u32, o.world as u32, &o.run_id, o.token.as_deref());
+        let reply = hello.judge(o.rank as u32, o.world as u32, &o.run_id, o.token.as_deref(), &challenge.nonce);
         let _ = rustix::net::send(&sock, &[reply.code()], SendFlags::NOSIGNAL);
         let (src, stream) = (hello.src as usize, hello.stream as usize);
         match reply {
@@ -667,15 +758,22 @@ impl<'a> MeshBuilder<'a> {
                 }
                 Ok(None)
             }
-            Reply::ForeignRun => Err(Error::ForeignRun {
-                addr: format!("{} (a connection claiming rank {src})", self.listener.addr),
-                ours: o.run_id.clone(),
-                theirs: hello.run_id,
-            }),
-            Reply::AuthFailed => Err(Error::AuthFailed {
-                addr: format!("{} (a connection claiming rank {src})", self.listener.addr),
-                detail: "the connecting process does not know the job's token".into(),
-            }),
+            // A stranger (another run, no token) is dropped, not obeyed: it
+            // must not end this job's start. Its connector reads the refusal
+            // and reports; our own rank names it only if the mesh then fails.
+            Reply::ForeignRun | Reply::AuthFailed => {
+                let from = sock.peer_addr().map_or("an unknown address".into(), |a| a.to_string());
+                let why = match reply {
+                    Reply::ForeignRun => format!("of another run ({:?})", hello.run_id),
+                    _ => "without the job's token".to_string(),
+                };
+                let note = format!("refused a data connection from {from} claiming rank {src} {why}");
+                tracing::warn!(rank = o.rank, "{note}");
+                if self.strangers.len() < MAX_STRANGERS_NOTED && !self.strangers.contains(&note) {
+                    self.strangers.push(note);
+                }
+                Ok(None)
+            }
             _ => Ok(None),
         }
     }
@@ -721,7 +819,8 @@ impl<'a> MeshBuilder<'a> {
             }
         }
         pairs.sort_by_key(|p| (p.src, p.dst));
-        Error::DataPortsUnreachable { pairs, note: None }
+        let note = (!self.strangers.is_empty()).then(|| self.strangers.join("; "));
+        Error::DataPortsUnreachable { pairs, note }
     }
 }
 
@@ -769,6 +868,55 @@ mod tests {
         assert_eq!(pairs[1].addr, addrs[1]);
         assert!(pairs[0].detail.contains("refused"), "{e}");
         assert_eq!(e.ranks(), [0, 1, 2]);
+    }
+
+    /// Connects to `addr` as a stranger would: reads the challenge, sends
+    /// `hello_for(nonce)`, returns the reply byte (None if none came).
+    fn knock(addr: &str, hello_for: impl Fn(&[u8; crate::hello::NONCE_LEN]) -> Vec<u8>) -> Option<u8> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut c = [0u8; Challenge::LEN];
+        s.read_exact(&mut c).ok()?;
+        let nonce = Challenge::decode(&c).unwrap().unwrap().nonce;
+        s.write_all(&hello_for(&nonce)).ok()?;
+        let mut r = [0u8; 1];
+        s.read_exact(&mut r).ok().map(|_| r[0])
+    }
+
+    #[test]
+    fn strangers_and_replays_are_refused_without_ending_the_start() {
+        // Rank 0 of 2 accepts; before the real rank 1 connects, a process of
+        // another run, one without the token, and a replay of a hello made
+        // for another connection's nonce all knock and are refused.
+        let listener =
+            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
+        let addr = listener.addr().to_string();
+        let opts = MeshOptions {
+            rank: 0,
+            world: 2,
+            streams: 1,
+            run_id: "job".into(),
+            token: Some("secret".into()),
+            timeout: Duration::from_secs(20),
+        };
+        let addrs = [addr.clone(), closed_port()];
+        let acceptor = std::thread::spawn(move || {
+            let opts = opts;
+            Mesh::establish(listener, &addrs, &opts, &AbortSignal::new().unwrap())
+        });
+        let foreign = knock(&addr, |n| Hello::new("other-job", 1, 0, 0, 2, Some("secret"), n).encode());
+        assert_eq!(foreign, Some(Reply::ForeignRun.code()));
+        let no_token = knock(&addr, |n| Hello::new("job", 1, 0, 0, 2, None, n).encode());
+        assert_eq!(no_token, Some(Reply::AuthFailed.code()));
+        let recorded = Hello::new("job", 1, 0, 0, 2, Some("secret"), &[9u8; crate::hello::NONCE_LEN]).encode();
+        let replay = knock(&addr, |_| recorded.clone());
+        assert_eq!(replay, Some(Reply::AuthFailed.code()), "a hello made for another nonce");
+        // The real rank 1 still gets in, and rank 0's mesh completes.
+        let real = knock(&addr, |n| Hello::new("job", 1, 0, 0, 2, Some("secret"), n).encode());
+        assert_eq!(real, Some(Reply::Ok.code()));
+        let mesh = acceptor.join().unwrap().expect("the mesh completes despite the strangers");
+        assert_eq!(mesh.links[1].len(), 1);
     }
 
     #[test]

@@ -100,6 +100,7 @@ _SIGNATURES = {
     "rl_store_port": (c_int, [_P]),
     "rl_store_addr": (c_int, [_P, _PP]),
     "rl_store_wait_idle": (c_int, [_P, c_double]),
+    "rl_store_serve_job": (c_int, [_P, c_double]),
     "rl_store_free": (None, [_P]),
 }
 for _name, (_res, _args) in _SIGNATURES.items():

@@ -18,13 +18,23 @@ is a ``DistBackendError`` and a ``ringleader.PeerDiedError``), carrying
 Where ringleader's store lives: under ``ringleader launch`` (which hosts a
 store and sets ``RINGLEADER_STORE_ADDR``) the default group joins that
 store. Otherwise, and for every sub-group (``dist.new_group``), the group's
-rank 0 starts a ringleader store on a free port of its own and publishes
+rank 0 starts a ringleader store in a process of its own
+(``ringleader._store_daemon``, detached in its own session), so that the
+death of any rank, rank 0 included, is still seen and named by the others;
+it ends by itself once every rank has left or vanished. Rank 0 publishes
 ``host:port`` and a fresh run id under the key ``ringleader/store`` in the
 store torch hands to the backend (the group's PrefixStore over torch's
-TCPStore); the other ranks read it from there. ``host`` is the address this
-process uses to reach ``MASTER_ADDR`` (or torch's TCPStore host, or the host
-name). ringleader's store is never bound on ``MASTER_PORT``, where torch's
-own TCPStore lives.
+TCPStore); the other ranks read it from there. The store listens on
+loopback when the whole job runs on this host (``LOCAL_WORLD_SIZE ==
+WORLD_SIZE``), else on the one address this process uses to reach
+``MASTER_ADDR``; never on ``MASTER_PORT``, where torch's own TCPStore lives.
+
+Secrets: without ``RINGLEADER_TOKEN``, rank 0 makes a random token for the
+group's store. On one host it passes it in a file only this user can read
+(under ``$TMPDIR/ringleader-$UID``, removed once every rank has joined);
+across hosts, through torch's store, which anyone who can reach
+``MASTER_PORT`` can read: that case is said once in the log, and setting
+``RINGLEADER_TOKEN`` on every node closes it.
 
 Ranks in messages: a sub-group's communicator (``new_group``, ``split_group``)
 numbers its ranks 0..n-1, as
@@ -41,8 +51,13 @@ import atexit
 import datetime
 import json
 import os
+import secrets
+import select
 import socket
+import stat
+import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 import weakref
@@ -60,7 +75,9 @@ __all__ = ["RingleaderBackend", "communicator", "BACKEND", "torch_error"]
 
 BACKEND = "ringleader"
 STORE_KEY = "ringleader/store"
-_STORE_LINGER_S = 10.0
+# How long group rank 0 waits for its store process to report its port.
+_STORE_START_S = 30.0
+_warned_open_token = False
 
 try:
     from torch.distributed.constants import default_pg_timeout as _TORCH_DEFAULT_TIMEOUT
@@ -178,8 +195,86 @@ def _group_args(global_ranks, group_name) -> dict:
     return {"group_ranks": ranks, "group_name": str(group_name) if group_name not in (None, "") else None}
 
 
+def _single_host() -> bool:
+    """Whether every rank of the job runs on this host, as far as the launch says."""
+    env = os.environ
+    if env.get("LOCAL_WORLD_SIZE") and env.get("LOCAL_WORLD_SIZE") == env.get("WORLD_SIZE"):
+        return True
+    addr = env.get("MASTER_ADDR", "")
+    return addr in ("127.0.0.1", "localhost", "::1")
+
+
+def _private_dir() -> str:
+    """This user's private directory for ringleader's secrets (0700, owned by
+    us, not a symlink), under the temporary directory."""
+    path = os.path.join(tempfile.gettempdir(), f"ringleader-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ringleader.Error(
+            f"[invalid-argument] {path} is not a private directory of this user (a symlink, another owner, "
+            "or open to others): remove it, or set RINGLEADER_TOKEN",
+            kind="invalid-argument",
+        )
+    return path
+
+
+def _token_file(run_id: str) -> str:
+    return os.path.join(_private_dir(), f"{run_id}.token")
+
+
+def _new_token(run_id: str, single_host: bool) -> dict:
+    """A token for this group's store, and how the other ranks find it: on one
+    host, in a file only this user can read; across hosts, in torch's store."""
+    token = secrets.token_hex(16)
+    if single_host:
+        path = _token_file(run_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        return {"token": token, "token_in": "file"}
+    global _warned_open_token
+    if not _warned_open_token:
+        _warned_open_token = True
+        print(
+            "[ringleader] warning: RINGLEADER_TOKEN is not set, so ringleader made a secret for this multi-host job "
+            "and passed it through torch's store on MASTER_PORT, which anyone who can reach that port can read; "
+            "set RINGLEADER_TOKEN to the same secret on every node to close that",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"token": token, "token_in": "store"}
+
+
+def _start_store(host: str, run_id: str, token: str, join_timeout: float) -> int:
+    """Starts the group's store as a detached process (ringleader._store_daemon)
+    listening on ``host``; returns its port."""
+    env = dict(os.environ, RINGLEADER_TOKEN=token)
+    argv = [sys.executable, "-m", "ringleader._store_daemon", "--bind", f"{host}:0", "--run-id", run_id,
+            "--join-timeout", str(join_timeout)]
+    # Its own session: rank 0's death, or a signal to rank 0's process group
+    # (a launcher tearing the job down), must not take the store along.
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    line = ""
+    ready, _, _ = select.select([proc.stdout], [], [], _STORE_START_S)
+    if ready:
+        line = proc.stdout.readline().decode(errors="replace").strip()
+    proc.stdout.close()
+    if line.startswith("PORT "):
+        return int(line.split()[1])
+    proc.kill()
+    detail = line[6:] if line.startswith("ERROR ") else f"no answer within {_STORE_START_S:.0f} s"
+    raise ringleader.Error(f"[store-unreachable] cannot start ringleader's store on {host}: {detail}",
+                           kind="store-unreachable")
+
+
 def _connect(store, rank: int, size: int, timeout, group: dict):
-    """Joins (or hosts, as group rank 0) the group's ringleader store; returns (group, own store)."""
+    """Joins the group's ringleader store (started by group rank 0, detached);
+    returns the ringleader group."""
     global _launcher_store_taken
     t = _ringleader_timeout(timeout)
     with _lock:
@@ -189,32 +284,42 @@ def _connect(store, rank: int, size: int, timeout, group: dict):
             _launcher_store_taken = True
     if use_launcher:
         # `ringleader launch` hosts the job's store and tracks every rank's liveness there.
-        return ringleader.init(rank=rank, world_size=size, timeout=t, **group), None
-    own = None
+        return ringleader.init(rank=rank, world_size=size, timeout=t, **group)
+    single = _single_host()
     if rank == 0:
         run_id = f"torch-{uuid.uuid4().hex[:16]}"
-        own = ringleader.Store("0.0.0.0:0", run_id=run_id, token=os.environ.get("RINGLEADER_TOKEN") or None)
-        host = _reachable_host(store)
+        secret = {"token": os.environ["RINGLEADER_TOKEN"], "token_in": "env"} if os.environ.get(
+            "RINGLEADER_TOKEN") else _new_token(run_id, single)
+        # Nothing listens wider than it must: loopback for a one-host job,
+        # else the one address the other hosts reach us by.
+        host = "127.0.0.1" if single else _reachable_host(store)
+        init_timeout = float(os.environ.get("RINGLEADER_INIT_TIMEOUT") or 300)
+        port = _start_store(host, run_id, secret["token"], init_timeout + 30)
         if ":" in host:
             host = f"[{host}]"
-        store.set(STORE_KEY, json.dumps({"addr": f"{host}:{own.port}", "run_id": run_id}))
+        info = {"addr": f"{host}:{port}", "run_id": run_id, "token_in": secret["token_in"]}
+        if secret["token_in"] == "store":
+            info["token"] = secret["token"]
+        store.set(STORE_KEY, json.dumps(info))
     info = json.loads(store.get(STORE_KEY))
+    token = {"env": os.environ.get("RINGLEADER_TOKEN"), "store": info.get("token")}.get(info.get("token_in"))
+    if info.get("token_in") == "file":
+        with open(_token_file(info["run_id"]), encoding="utf-8") as f:
+            token = f.read().strip()
     try:
-        pg = ringleader.init(
-            rank=rank, world_size=size, timeout=t, store_addr=info["addr"], run_id=info["run_id"], **group
-        )
-    except BaseException:
-        if own is not None:
-            own.close()
-        raise
-    if rank == 0:
-        # Every rank has joined, so every rank has read the key: a later group
-        # under the same prefix (init after destroy) must not find it.
-        try:
-            store.delete_key(STORE_KEY)
-        except Exception:
-            pass
-    return pg, own
+        pg = ringleader.init(rank=rank, world_size=size, timeout=t, store_addr=info["addr"],
+                             run_id=info["run_id"], token=token, **group)
+    finally:
+        if rank == 0:
+            # Once init returns every rank has joined, so every rank has read
+            # the key and the token: a later group under the same prefix (init
+            # after destroy) must not find them.
+            for cleanup in (lambda: store.delete_key(STORE_KEY), lambda: os.unlink(_token_file(info["run_id"]))):
+                try:
+                    cleanup()
+                except Exception:
+                    pass
+    return pg
 
 
 class _Completer:
@@ -343,7 +448,7 @@ class RingleaderBackend(_CBackend):
         # The global rank of each of this group's ranks (split() maps through it).
         self._global_ranks = [int(r) for r in global_ranks] if global_ranks else list(range(size))
         self._timeout = timeout
-        self._rl, self._store = _connect(store, rank, size, timeout, _group_args(global_ranks, group_name))
+        self._rl = _connect(store, rank, size, timeout, _group_args(global_ranks, group_name))
         self._futures: Optional[_Completer] = None
         self._closed = False
         with _lock:
@@ -579,34 +684,12 @@ class RingleaderBackend(_CBackend):
             self.shutdown()
 
     def shutdown(self):
-        """Leaves the job cleanly; the rank hosting the store keeps it until the others left."""
+        """Leaves the job cleanly (the others read "left"). The group's store
+        runs in a process of its own, which ends once every rank has left."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._rl.destroy()
-        finally:
-            if self._store is not None:
-                try:
-                    self._linger()
-                finally:
-                    self._store.close()
-                    self._store = None
-
-
-    def _linger(self):
-        """Keeps the store this rank hosts until every rank left (at most the
-        collective timeout): closing it earlier would cut off ranks still at work."""
-        if self._store.wait_idle(2.0):
-            return
-        limit = max(_STORE_LINGER_S, self._rl.timeout)
-        print(
-            f"[ringleader rank {self.rank()}] hosting the store of this group: waiting up to {limit:.0f} s "
-            "for the other ranks to leave",
-            file=sys.stderr,
-            flush=True,
-        )
-        self._store.wait_idle(limit)
+        self._rl.destroy()
 
 
 # Every operation torch calls raises PyTorch's exception types.
