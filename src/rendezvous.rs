@@ -18,7 +18,7 @@
 //! the error comes within the init timeout.
 
 use crate::log;
-use ringleader_core::config::parse_algo;
+use ringleader_core::config::{join_host_port, parse_algo};
 use ringleader_core::error::{fmt_ranks, Unreachable};
 use ringleader_core::{Config, Error, ErrorKind, Member, Rank, Result};
 use ringleader_store::{keys, ClientOptions, ServerOptions, StoreClient, StoreServer};
@@ -384,11 +384,37 @@ fn host_store_if_needed(cfg: &Config) -> Result<Option<StoreServer>> {
     }
     let mut opts = ServerOptions::new(cfg.run_id.clone());
     opts.token = cfg.token.clone();
-    // Listen on every interface: MASTER_ADDR is how others reach us, which
-    // need not be an address we can name here (NAT, containers).
-    let server = StoreServer::bind(&format!("0.0.0.0:{}", cfg.master_port), opts)?;
-    tracing::debug!(rank = 0, port = cfg.master_port, "hosting the store");
+    let host = store_bind_host(cfg);
+    let server = match StoreServer::bind(&join_host_port(&host, cfg.master_port), opts.clone()) {
+        Err(e) if host != "0.0.0.0" && e.kind() != ErrorKind::PortInUse => {
+            // MASTER_ADDR is not an address of this host after all (NAT, a
+            // container's published port): others reach us some other way.
+            tracing::debug!(rank = 0, "cannot listen on {host} ({e}); listening on every interface");
+            StoreServer::bind(&format!("0.0.0.0:{}", cfg.master_port), opts)?
+        }
+        r => r?,
+    };
+    tracing::debug!(rank = 0, addr = %server.local_addr(), "hosting the store");
     Ok(Some(server))
+}
+
+/// Where rank 0's store listens: no wider than it must. MASTER_ADDR is how
+/// the others reach it, so the address it names when that is certain (an IP
+/// literal, or a host name on a one-host job, where every rank resolves it
+/// alike); every interface when MASTER_ADDR is a host name that other hosts
+/// may resolve to an address this one cannot name (NAT, containers, the
+/// Debian `127.0.1.1` line for the own host name).
+fn store_bind_host(cfg: &Config) -> String {
+    let one_host = cfg.local_world_size == Some(cfg.world_size);
+    if !is_ip_literal(&cfg.master_addr) && !one_host {
+        return "0.0.0.0".into();
+    }
+    let addrs: Vec<SocketAddr> =
+        (cfg.master_addr.trim_matches(['[', ']']), 0u16).to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
+    match addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()) {
+        Some(a) => a.ip().to_string(),
+        None => "0.0.0.0".into(),
+    }
 }
 
 /// Waits until every rank registered, failing early on conflicting
@@ -660,6 +686,18 @@ mod tests {
             streams: 1,
             pid_ns: String::new(),
         }
+    }
+
+    #[test]
+    fn the_store_listens_no_wider_than_it_must() {
+        let mut c = Config::new(0, 4, "127.0.0.1", 1);
+        assert_eq!(store_bind_host(&c), "127.0.0.1");
+        c.master_addr = "10.1.2.3".into();
+        assert_eq!(store_bind_host(&c), "10.1.2.3", "an IP literal is where the others connect");
+        c.master_addr = "localhost".into();
+        assert_eq!(store_bind_host(&c), "0.0.0.0", "a host name other hosts may resolve otherwise");
+        c.local_world_size = Some(4);
+        assert_eq!(store_bind_host(&c), "127.0.0.1", "one host: every rank resolves it alike");
     }
 
     /// Rank `rank` on host `h{host}` listening at `10.0.0.{host}:4000{rank}`.

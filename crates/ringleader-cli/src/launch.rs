@@ -37,6 +37,7 @@ mod store_link;
 mod supervise;
 
 use crate::error::{CliError, Result};
+use crate::secret;
 use crate::signals::BlockedSignals;
 use child::RankProcess;
 use clap::Args;
@@ -183,7 +184,22 @@ fn launch(args: LaunchArgs) -> Result<i32> {
         })
         .map_err(|e| CliError::io("starting the signal thread", e))?;
 
-    let token = std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty());
+    let set_token = std::env::var(secret::TOKEN_VAR).ok().filter(|t| !t.is_empty());
+    // One node: a secret of our own when none is set, handed to the ranks in
+    // their environment. Several nodes have no channel for it.
+    let made_token = match (&set_token, plan.nnodes) {
+        (None, 1) => Some(secret::new_token().map_err(|e| CliError::io("making the job's token", e))?),
+        (None, _) => {
+            eprintln!(
+                "ringleader launch: warning: {} is not set, so ringleader's store admits any client that reaches \
+                 it; set it to the same secret on every node",
+                secret::TOKEN_VAR
+            );
+            None
+        }
+        _ => None,
+    };
+    let token = set_token.or(made_token.clone());
     let (hosted, store_addr) = match &plan.store {
         StoreSide::Host { bind_host, port } => {
             let hosted = store_link::host_store(&join_host_port(bind_host, *port), &plan.run_id, token.clone())?;
@@ -191,6 +207,11 @@ fn launch(args: LaunchArgs) -> Result<i32> {
             (Some(hosted), addr)
         }
         StoreSide::Remote(addr) => (None, addr.clone()),
+    };
+    // Tools of this user on this host (`ringleader status`) find our secret.
+    let _token_file = match (&made_token, &hosted) {
+        (Some(t), Some(h)) => secret::publish(h.local_addr().port(), t).ok(),
+        _ => None,
     };
     let master_port = match plan.master_port {
         MasterPort::Fixed(p) => p,
@@ -211,7 +232,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
             plan.master_addr
         );
     }
-    let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, &tx)?;
+    let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, made_token.as_deref(), &tx)?;
     drop(tx);
 
     let (code, recorder) = Supervisor::new(ranks, events, args.grace, oom, recorder).run();
@@ -231,12 +252,16 @@ fn spawn_all(
     command: &[OsString],
     master_port: u16,
     store_addr: &str,
+    made_token: Option<&str>,
     events: &mpsc::Sender<Event>,
 ) -> Result<Vec<RankProcess>> {
     let inherited = |k: &str| std::env::var_os(k).is_some();
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(plan.nproc_per_node);
     for local in 0..plan.nproc_per_node {
-        let env = plan.rank_env(local, master_port, store_addr, inherited);
+        let mut env = plan.rank_env(local, master_port, store_addr, inherited);
+        if let Some(t) = made_token {
+            env.push((secret::TOKEN_VAR, t.to_string()));
+        }
         match child::spawn_rank(local, plan.rank_of(local), command, &env, events) {
             Ok(r) => ranks.push(r),
             Err(e) => {

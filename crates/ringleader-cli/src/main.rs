@@ -37,6 +37,7 @@ mod error;
 mod launch;
 mod logging;
 mod perf;
+mod secret;
 mod signals;
 mod status;
 mod store;

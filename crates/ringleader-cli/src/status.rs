@@ -130,7 +130,10 @@ pub(crate) fn run(args: StatusArgs) -> i32 {
 
 fn watch(args: &StatusArgs) -> Result<()> {
     let store = store_addr(args.store.as_deref(), |k| std::env::var(k).ok())?;
-    let token = crate::store::token(args.token_env.as_deref())?.map(|(t, _)| t);
+    let token = crate::store::token(args.token_env.as_deref())?
+        .map(|(t, _)| t)
+        // The secret a launcher of this user made for a job on this host.
+        .or_else(|| store.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).and_then(crate::secret::find));
     let mut opts = ClientOptions::new(args.run_id.clone());
     opts.role = Role::Tool;
     opts.token = token;

@@ -452,33 +452,49 @@ fn node_0_hosts_the_store_for_its_ranks() {
     let dir = Scratch::new("hosted-store");
     let d = dir.path();
     let script = format!(
-        "echo \"$RINGLEADER_STORE_ADDR $RINGLEADER_RUN_ID\" > {d}/store.tmp; \
+        "echo \"$RINGLEADER_STORE_ADDR $RINGLEADER_RUN_ID $RINGLEADER_TOKEN\" > {d}/store.tmp; \
          mv {d}/store.tmp {d}/store; \
          while [ ! -f {d}/checked ]; do sleep 0.01; done"
     );
     let run = start(&["launch", "--nproc-per-node", "1", "--", "sh", "-c", &script], &[]);
     dir.wait_for(&["store"], LIMIT);
     let line = std::fs::read_to_string(dir.0.join("store")).unwrap();
-    let (addr, run_id) = line.trim().split_once(' ').unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let [addr, run_id, token] = words[..] else { panic!("{line}") };
+    // No RINGLEADER_TOKEN was set: the launcher made one and gave it to its
+    // ranks; a client without it is refused.
+    assert_eq!(token.len(), 32, "{line}");
+    let stranger = store_client(addr, run_id, None).map(|_| ());
     let checked = (|| {
-        let mut c = store_client(addr, run_id, None)?;
+        let mut c = store_client(addr, run_id, Some(token))?;
         c.set("probe", b"yes")?;
         c.get("probe", Duration::from_secs(2))
     })();
+    // `ringleader status` from another terminal of this user finds the secret.
+    let status = Command::new(BIN).args(["status", "--store", addr]).env_remove("RINGLEADER_TOKEN").output().unwrap();
     std::fs::write(dir.0.join("checked"), "").unwrap();
     let f = run.finish(LIMIT);
     assert_eq!(checked.unwrap(), b"yes");
+    assert!(
+        matches!(&stranger, Err(e) if e.kind() == ringleader_core::ErrorKind::AuthFailed),
+        "a client without the launcher's token: {stranger:?}"
+    );
+    let status_out = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success() && status_out.contains(&format!("job at {addr}")), "{status:?}");
     assert_eq!(f.code, Some(0), "{f:#?}");
 }
 
 #[test]
 fn endings_are_recorded_in_the_store() {
     // This test plays node 0 (hosting the store); the launcher is node 1.
-    let server = StoreServer::bind("127.0.0.1:0", ServerOptions::new("rec-test")).unwrap();
+    let mut server_opts = ServerOptions::new("rec-test");
+    server_opts.token = Some("rec-secret".into());
+    let server = StoreServer::bind("127.0.0.1:0", server_opts).unwrap();
     let store_port = server.local_addr().port().to_string();
     let master_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let f = launch(
+    let f = start(
         &[
+            "launch",
             "--nproc-per-node",
             "2",
             "--nnodes",
@@ -498,12 +514,13 @@ fn endings_are_recorded_in_the_store() {
             "-c",
             "if [ $RANK = 2 ]; then exit 3; fi; kill -9 $$",
         ],
-        LIMIT,
-    );
+        &[("RINGLEADER_TOKEN", "rec-secret")],
+    )
+    .finish(LIMIT);
     assert!(matches!(f.code, Some(3) | Some(137)), "{f:#?}");
     assert!(!f.stderr.contains("warning"), "{f:#?}");
     let addr = format!("127.0.0.1:{store_port}");
-    let mut c = store_client(&addr, "rec-test", None).unwrap();
+    let mut c = store_client(&addr, "rec-test", Some("rec-secret")).unwrap();
     let get = |c: &mut StoreClient, k: &str| String::from_utf8(c.get(k, Duration::from_secs(2)).unwrap()).unwrap();
     assert_eq!(get(&mut c, "rl/exit/2"), "exited with code 3");
     assert_eq!(get(&mut c, "rl/exit/3"), "killed by signal 9 (SIGKILL)");
@@ -568,6 +585,7 @@ fn vanishing_rank() {
     let rank: usize = var("RANK").parse().unwrap();
     let world: usize = var("WORLD_SIZE").parse().unwrap();
     let mut opts = ClientOptions::new(var("RINGLEADER_RUN_ID")).member(rank, world);
+    opts.token = std::env::var("RINGLEADER_TOKEN").ok();
     opts.connect_timeout = Duration::from_secs(10);
     opts.op_timeout = Duration::from_secs(10);
     let mut member = StoreClient::connect(&var("RINGLEADER_STORE_ADDR"), opts).unwrap();

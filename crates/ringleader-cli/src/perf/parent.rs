@@ -17,6 +17,7 @@
 
 use super::{PerfArgs, WRONG_RESULTS};
 use crate::error::{CliError, Result};
+use crate::secret;
 use crate::launch::ending::Ending;
 use crate::launch::output::copy_lines;
 use ringleader_core::error::fmt_ranks;
@@ -75,9 +76,14 @@ fn start_and_watch(args: &PerfArgs) -> Result<i32> {
             .map_err(|e| CliError::io(format!("opening {} for appending", p.display()), e))?;
     }
     let run_id = format!("perf-{}", crate::launch::random_run_id());
-    let token = std::env::var("RINGLEADER_TOKEN").ok().filter(|t| !t.is_empty());
-    let store = crate::launch::host_store("127.0.0.1:0", &run_id, token)?;
+    let token = match std::env::var(secret::TOKEN_VAR).ok().filter(|t| !t.is_empty()) {
+        Some(t) => t,
+        None => secret::new_token().map_err(|e| CliError::io("making the job's token", e))?,
+    };
+    let store = crate::launch::host_store("127.0.0.1:0", &run_id, Some(token.clone()))?;
     let store_port = store.local_addr().port();
+    // `ringleader status` from another terminal finds the secret.
+    let _token_file = secret::publish(store_port, &token).ok();
     let master_port = crate::launch::free_port("127.0.0.1", Some(store_port))?;
     let exe = std::env::current_exe().map_err(|e| CliError::io("finding this program's own executable", e))?;
     let mut worker_args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -95,6 +101,7 @@ fn start_and_watch(args: &PerfArgs) -> Result<i32> {
             ("RINGLEADER_STORE_ADDR", format!("127.0.0.1:{store_port}")),
             ("RINGLEADER_RUN_ID", run_id.clone()),
             ("RINGLEADER_TRANSPORT", args.transport.clone()),
+            (secret::TOKEN_VAR, token.clone()),
         ];
         match spawn(&exe, &worker_args, rank, &env) {
             Ok(w) => workers.push(w),

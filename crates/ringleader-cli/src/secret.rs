@@ -1,0 +1,108 @@
+//! The job's secret when the user set none.
+//!
+//! A store that admits anyone can be read, steered and aborted by any process
+//! that reaches its port, loopback included on a host shared with other
+//! users. So `ringleader launch` (one node) and `ringleader perf` make a
+//! random token when RINGLEADER_TOKEN is not set, and hand it to their ranks
+//! in the environment. Tools started by the same user on the same host
+//! (`ringleader status` from another terminal) find it in a file only that
+//! user can read, under a private directory (`$TMPDIR/ringleader-$UID`,
+//! 0700, owned by the user, not a symlink), named after the store's port;
+//! the launcher removes the file when the job ends. Across nodes there is no
+//! such channel: a multi-node launch without RINGLEADER_TOKEN says so once.
+
+use std::fs::OpenOptions;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+
+/// The variable that holds the job's secret.
+pub(crate) const TOKEN_VAR: &str = "RINGLEADER_TOKEN";
+
+/// 16 random bytes from the kernel, as hex.
+pub(crate) fn new_token() -> io::Result<String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// This user's private directory for ringleader's secrets, created 0700 if
+/// missing; refused when it is a symlink, another user's, or open to others.
+pub(crate) fn private_dir() -> io::Result<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let dir = std::env::temp_dir().join(format!("ringleader-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a private directory of this user (a symlink, another owner, or open to others)", dir.display()),
+        ));
+    }
+    Ok(dir)
+}
+
+fn token_path(port: u16) -> io::Result<PathBuf> {
+    Ok(private_dir()?.join(format!("store-{port}.token")))
+}
+
+/// A token file, removed when dropped.
+#[derive(Debug)]
+pub(crate) struct TokenFile {
+    path: PathBuf,
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Leaves `token` for this user's tools that talk to the store on `port`.
+pub(crate) fn publish(port: u16, token: &str) -> io::Result<TokenFile> {
+    let path = token_path(port)?;
+    // A file left by a job that was killed: the port is ours now.
+    let _ = std::fs::remove_file(&path);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    f.write_all(token.as_bytes())?;
+    Ok(TokenFile { path })
+}
+
+/// The token a launcher of this user left for the store on `port`, if any.
+pub(crate) fn find(port: u16) -> Option<String> {
+    let path = token_path(port).ok()?;
+    let mut f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).ok()?;
+    let mut s = String::new();
+    f.read_to_string(&mut s).ok()?;
+    let t = s.trim().to_string();
+    (!t.is_empty()).then_some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_token_is_found_then_gone() {
+        let t = new_token().unwrap();
+        assert_eq!(t.len(), 32);
+        assert_ne!(t, new_token().unwrap());
+        // A port number no store listens on in tests.
+        let port = 1;
+        let f = publish(port, &t).unwrap();
+        assert_eq!(find(port), Some(t));
+        let mode = std::fs::metadata(token_path(port).unwrap()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(f);
+        assert_eq!(find(port), None);
+    }
+}
