@@ -131,8 +131,7 @@ fn run(mode: &str) -> R<()> {
             let mut d = s.alloc_zeros::<f32>(1 << 20).map_err(e("alloc"))?;
             for i in 0..1000 {
                 if c.rank() == 1 && i == 5 {
-                    // SAFETY: kill(2) on our own pid.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
                 if let Err(x) = c.all_reduce_device(&mut d, ReduceOp::Sum, &s) {
                     let msg = x.to_string();

@@ -6,13 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-# gcc: the C ABI example; nftables, unshare: tests/multinode.rs; the rest:
-# the `rdma` feature's ibverbs build (scripts/lib.sh)
-ensure_apt pkg-config gcc iproute2 procps nftables util-linux "${RINGLEADER_RDMA_APT[@]}"
+# gcc: the C ABI example; nftables, unshare: tests/multinode.rs; python3:
+# the dependency check and the Python tests; the rest: the `rdma` feature's
+# ibverbs-sys build (scripts/lib.sh)
+ensure_apt pkg-config gcc iproute2 procps nftables util-linux python3 "${RINGLEADER_RDMA_APT[@]}"
 start=$(date +%s)
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
+
+echo "== dependencies (each one used, one version of each direct one)"
+scripts/check_deps.py
 
 echo "== cargo clippy (default features, then cuda + rdma)"
 # (the C ABI builds with `cuda` by default; --exclude keeps the facade's plain build checked)

@@ -61,7 +61,7 @@ impl Transcript<'_> {
 pub(crate) fn nonce() -> [u8; 32] {
     use rand::RngCore;
     let mut n = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut n);
+    rand::rng().fill_bytes(&mut n);
     n
 }
 

@@ -50,6 +50,13 @@ pub const RING_BYTES: usize = 2 << 20;
 /// A long write publishes its progress (and rings the reader's doorbell)
 /// every this many bytes, so copying in and copying out overlap.
 const PUBLISH_EVERY: usize = 128 << 10;
+/// Spacing of what different sides write (one cache line), so that the
+/// writer's position and the reader's never share a line. The layout is
+/// shared between processes, so it is fixed here rather than taken from
+/// `crossbeam_utils::CachePadded`, whose alignment depends on the target
+/// (two lines on x86_64 and aarch64) and on the crate's version, and whose
+/// layout is not `repr(C)`. Two-line spacing measured no faster
+/// (docs/perf/deps-2026-12-01.md).
 const LINE: usize = 64;
 /// Doorbell line, then two lines per ring header.
 const HEADER_BYTES: usize = LINE;
@@ -86,6 +93,15 @@ struct RingHeader {
     /// Non-zero when the reader can read the writer's memory.
     remote_ok: AtomicU64,
 }
+
+// The segment layout is shared between processes: fixed by these
+// constants and `repr(C)`, not by the target or a dependency's choice.
+const _: () = {
+    assert!(std::mem::size_of::<Doorbell>() <= HEADER_BYTES);
+    assert!(std::mem::offset_of!(RingHeader, tail) == LINE);
+    assert!(std::mem::size_of::<RingHeader>() <= RING_HEADER_BYTES);
+    assert!(std::mem::align_of::<RingHeader>() <= LINE);
+};
 
 /// A mapped segment.
 struct Mapping {

@@ -1,7 +1,8 @@
-//! The [`Qp`] and [`Device`] traits over rdma-core's verbs (the `ibverbs`
-//! crate lists the adapters; its `ibverbs-sys` bindings do the rest, since
-//! the protocol registers its own slot memory and needs the completion
-//! channel, which the safe wrapper does not expose).
+//! The [`Qp`] and [`Device`] traits over rdma-core's verbs, through the
+//! `ibverbs-sys` bindings. (Not the safe `ibverbs` wrapper: the protocol
+//! registers memory it does not allocate, the callers' buffers and its own
+//! slots, through a registration cache, and polls the completion channel's
+//! descriptor, none of which the wrapper exposes.)
 //!
 //! One protection domain per opened device; one completion queue, one
 //! completion channel (nonblocking, its descriptor polled beside the abort
@@ -100,12 +101,6 @@ impl std::fmt::Debug for IbvDevice {
 /// Opens `name` (`dev` or `dev:port`), or the first device with an active
 /// port; the error says why none could be used.
 pub fn open(name: Option<&str>) -> Result<IbvDevice, NoDevice> {
-    let devices = ibverbs::devices().map_err(|e| {
-        NoDevice(format!("cannot list RDMA devices: {e} (no RDMA support in this kernel, or rdma-core missing)"))
-    })?;
-    if devices.is_empty() {
-        return Err(NoDevice("no RDMA device found (ibv_get_device_list is empty)".into()));
-    }
     let (want, want_port) = match name.map(|n| n.split_once(':').map_or((n, None), |(d, p)| (d, p.parse::<u8>().ok())))
     {
         Some((d, p)) => (Some(d.to_string()), p),
@@ -116,7 +111,15 @@ pub fn open(name: Option<&str>) -> Result<IbvDevice, NoDevice> {
     // SAFETY: the list is freed below; entries are used only before that.
     let list = unsafe { ffi::ibv_get_device_list(&mut n) };
     if list.is_null() {
-        return Err(NoDevice(format!("cannot list RDMA devices: {}", io::Error::last_os_error())));
+        let e = io::Error::last_os_error();
+        return Err(NoDevice(format!(
+            "cannot list RDMA devices: {e} (no RDMA support in this kernel, or rdma-core missing)"
+        )));
+    }
+    if n <= 0 {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { ffi::ibv_free_device_list(list) };
+        return Err(NoDevice("no RDMA device found (ibv_get_device_list is empty)".into()));
     }
     let mut found = None;
     for i in 0..n.max(0) as usize {
@@ -156,8 +159,7 @@ fn open_one(dev: *mut ffi::ibv_device, name: &str, port: u8) -> io::Result<Ctx> 
         e
     };
     let mut attr = ffi::ibv_port_attr::default();
-    // SAFETY: ctx is open; the compat struct is a prefix of ibv_port_attr
-    // (as the ibverbs crate does it).
+    // SAFETY: ctx is open; the compat struct is a prefix of ibv_port_attr.
     let rc = unsafe { ffi::ibv_query_port(ctx, port, &mut attr as *mut ffi::ibv_port_attr as *mut _) };
     if rc != 0 {
         return Err(close(io::Error::from_raw_os_error(rc)));

@@ -6,17 +6,18 @@
 //!   protocol needs (post a send or a receive on a numbered slot of
 //!   registered memory, poll completions, arm the completion channel whose
 //!   descriptor is polled beside the abort eventfd). Two implementations:
-//!   [`ibv`] (the `ibverbs` crate over rdma-core, unsafe code confined there)
-//!   and [`model`] (a software model of the queues with a wire thread per
-//!   queue pair, fault injection, and peers that disappear), so every line
-//!   of the protocol runs in tests on machines without RDMA hardware;
+//!   [`ibv`] (rdma-core through the `ibverbs-sys` bindings, unsafe code
+//!   confined there) and [`model`] (a software model of the queues with a
+//!   wire thread per queue pair, fault injection, and peers that
+//!   disappear), so every line of the protocol runs in tests on machines
+//!   without RDMA hardware;
 //! - [`link`]: [`RdmaLink`], the protocol: a byte stream chunked into
 //!   messages of at most one slot, credit-based flow control (a sender may
 //!   only consume receive buffers the peer granted; grants ride on data
 //!   messages or, when no data flows back, on credit-only messages), an
 //!   ordering check on every message, and error completions turned into
 //!   errors that say what the verbs said and what it usually means;
-//! - [`regcache`]: the registration cache behind the `ibverbs` binding.
+//! - [`regcache`]: the registration cache behind [`ibv`].
 //!
 //! Queue pairs are set up through the store by the runtime (the
 //! `ringleader` crate publishes each rank's [`Endpoint`]s and connects them);
