@@ -11,7 +11,7 @@
 
 use crate::engine::Shared;
 use crate::log;
-use ringleader_core::{Config, Diagnosis, Error, Group};
+use ringleader_core::{Config, Diagnosis, Error, Group, Rank};
 use ringleader_diag::recorder::mask_ranks;
 use ringleader_diag::{verdict, Beat, Evidence, Liveness, Observation, PeerView, Snapshot};
 use ringleader_store::{keys, JobStatus, Liveness as StoreLiveness, StoreClient};
@@ -72,6 +72,17 @@ impl Shared {
                 dir.display()
             ));
         }
+        if let Some(r) = self.whole_verdict_printer(&diagnosis) {
+            // One rank per host prints the whole verdict; the others show one
+            // line (what failed, who is to blame, where the rest is), so a
+            // job's log does not grow with its size.
+            let dumps = dumped
+                .as_ref()
+                .and_then(|p| p.parent())
+                .map_or(String::new(), |d| format!(", and `ringleader analyze {}`", d.display()));
+            let of_group = self.cfg.group.as_ref().map_or(String::new(), |g| format!(" of {g}"));
+            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}"), &of_group));
+        }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
         // One line here, for logs where the caller swallows the error; the
@@ -79,6 +90,22 @@ impl Shared {
         let text = err.to_string();
         log::error(&self.cfg, text.lines().next().unwrap_or_default());
         err
+    }
+
+    /// Which rank of this host prints the whole verdict, when it is not
+    /// this one: the lowest-ranked of the host's ranks that the verdict does
+    /// not blame (a culprit may be dead, or stuck where it prints nothing).
+    /// Global ranks.
+    fn whole_verdict_printer(&self, d: &Diagnosis) -> Option<Rank> {
+        let me = self.peers.get(self.rank)?;
+        let printer = self
+            .peers
+            .iter()
+            .filter(|p| p.same_host(me))
+            .map(|p| self.cfg.global(p.rank))
+            .filter(|r| !d.culprits.contains(r))
+            .min()?;
+        (printer != self.cfg.global_rank()).then_some(printer)
     }
 
     /// Agrees with the other ranks on a verdict through the store.

@@ -74,6 +74,7 @@ impl Shared {
             headline,
             details,
             hints: vec!["the late ranks are slow or stuck before this point (a dataloader, a skipped call): `py-spy dump --pid PID` shows where".into()],
+            summary: None,
         })))
     }
 
@@ -105,6 +106,7 @@ impl Shared {
                     ),
                     details: Vec::new(),
                     hints: vec![format!("rank {}'s error has the details", self.cfg.global(0))],
+                    summary: None,
                 })))
             }
             Err(Error::StoreTimeout { .. }) => Err(Error::Collective(Box::new(Diagnosis {
@@ -120,6 +122,7 @@ impl Shared {
                 ),
                 details: Vec::new(),
                 hints: vec![format!("{} is where to look", fmt_ranks(&[self.cfg.global(0)]))],
+                summary: None,
             }))),
             Err(e) => Err(e),
         }

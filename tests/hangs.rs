@@ -205,6 +205,14 @@ fn uneven_iterations_are_a_mismatch_naming_both_calls() {
         assert!(e.elapsed_ms < 5000, "took {} ms", e.elapsed_ms);
     }
     assert_eq!(err_of(&outs[0]).message, err_of(&outs[1]).message);
+    // One rank per host shows the whole verdict, the other one line.
+    assert_eq!(err_of(&outs[0]).shown, err_of(&outs[0]).message);
+    let short = err_of(&outs[1]).shown;
+    assert!(
+        short.starts_with("[mismatch] rank 1 at fault in all_reduce #5; the whole verdict: rank 0's output"),
+        "{short}"
+    );
+    assert_eq!(short.lines().count(), 1, "{short}");
 }
 
 #[test]

@@ -48,7 +48,11 @@ pub struct ErrLine {
     pub elapsed_ms: u64,
     /// Wall clock when the error arrived, ms since the Unix epoch.
     pub at_ms: u64,
+    /// The whole verdict (a verdict's full text, on every rank).
     pub message: String,
+    /// What the error displays: the whole verdict on one rank per host, one
+    /// line pointing there on the others.
+    pub shown: String,
 }
 
 /// Wall clock now, ms since the Unix epoch.
@@ -300,7 +304,11 @@ pub fn report_error(e: &ringleader::Error, start: Instant) {
         op: e.op().map(|o| o.name().to_string()),
         elapsed_ms: start.elapsed().as_millis() as u64,
         at_ms: now_ms(),
-        message: e.to_string(),
+        message: match e.diagnosis() {
+            Some(d) => ringleader::Diagnosis { summary: None, ..d.clone() }.to_string(),
+            None => e.to_string(),
+        },
+        shown: e.to_string(),
     };
     println!("ERROR {}", serde_json::to_string(&line).unwrap());
 }

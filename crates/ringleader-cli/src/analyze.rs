@@ -479,6 +479,7 @@ mod tests {
             headline: "all_reduce #2 did not complete".into(),
             details: vec![],
             hints: vec![],
+            summary: None,
         });
         let dumps = [d0];
         let r = Report::build(&dumps, 5);

@@ -40,7 +40,10 @@ pub(crate) fn private_dir() -> io::Result<PathBuf> {
     if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{} is not a private directory of this user (a symlink, another owner, or open to others)", dir.display()),
+            format!(
+                "{} is not a private directory of this user (a symlink, another owner, or open to others)",
+                dir.display()
+            ),
         ));
     }
     Ok(dir)
@@ -67,12 +70,8 @@ pub(crate) fn publish(port: u16, token: &str) -> io::Result<TokenFile> {
     let path = token_path(port)?;
     // A file left by a job that was killed: the port is ours now.
     let _ = std::fs::remove_file(&path);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
+    let mut f =
+        OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&path)?;
     f.write_all(token.as_bytes())?;
     Ok(TokenFile { path })
 }

@@ -600,6 +600,7 @@ mod tests {
             headline: "rank 1 died".into(),
             details: vec![],
             hints: vec![],
+            summary: None,
         };
         let raw = serde_json::to_vec(&d).unwrap();
         assert_eq!(record_text(&raw), "[peer-died] rank 1 died");

@@ -190,8 +190,11 @@ impl fmt::Display for Unreachable {
 ///     headline: "rank 1 died during all_reduce #7".into(),
 ///     details: vec![],
 ///     hints: vec!["check the kernel log for an OOM kill".into()],
+///     summary: None,
 /// };
 /// assert!(d.to_string().starts_with("[peer-died] rank 1 died"));
+/// let short = Diagnosis { summary: Some(d.summary_pointing_to("rank 0's output", "")), ..d };
+/// assert_eq!(short.to_string(), "[peer-died] rank 1 at fault in all_reduce #7; the whole verdict: rank 0's output");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
@@ -209,10 +212,35 @@ pub struct Diagnosis {
     pub details: Vec<String>,
     /// What to check next.
     pub hints: Vec<String>,
+    /// One line shown instead of the whole verdict, on the ranks that do
+    /// not print it (one rank per host does; see
+    /// [`Diagnosis::summary_pointing_to`]), so that a job's log does not grow
+    /// with its size. The fields above still hold the whole verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+impl Diagnosis {
+    /// The one-line summary: the culprits, the operation (`of_group`
+    /// follows its label), and `whole_at`, where the whole verdict is.
+    pub fn summary_pointing_to(&self, whole_at: &str, of_group: &str) -> String {
+        let blamed = match self.culprits.len() {
+            0 => "no rank known to be".to_string(),
+            _ => fmt_ranks(&self.culprits),
+        };
+        let what = match (self.op, self.seq) {
+            (Some(op), Some(seq)) => format!("{op} #{seq}"),
+            _ => "the operation".into(),
+        };
+        format!("{blamed} at fault in {what}{of_group}; the whole verdict: {whole_at}")
+    }
 }
 
 impl fmt::Display for Diagnosis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(s) = &self.summary {
+            return write!(f, "[{}] {s}", self.kind);
+        }
         write!(f, "[{}] {}", self.kind, self.headline)?;
         for d in &self.details {
             write!(f, "\n  {d}")?;
@@ -224,25 +252,21 @@ impl fmt::Display for Diagnosis {
     }
 }
 
-/// Formats `[1, 3]` as `ranks 1, 3` and `[1]` as `rank 1`.
-///
-/// ```
-/// assert_eq!(ringleader_core::error::fmt_ranks(&[1, 3]), "ranks 1, 3");
-/// assert_eq!(ringleader_core::error::fmt_ranks(&[2]), "rank 2");
-/// ```
-pub fn fmt_ranks(ranks: &[Rank]) -> String {
-    let list = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
-    match ranks.len() {
-        1 => format!("rank {list}"),
-        _ => format!("ranks {list}"),
-    }
-}
+pub use crate::group::fmt_ranks;
+
+/// At most this many members are spelled out in a message.
+const MAX_MEMBERS_SHOWN: usize = 8;
 
 fn fmt_members(members: &[Member]) -> String {
     if members.is_empty() {
         return "none".into();
     }
-    members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+    let mut s = members.iter().take(MAX_MEMBERS_SHOWN).map(|m| m.to_string()).collect::<Vec<_>>().join(", ");
+    if members.len() > MAX_MEMBERS_SHOWN {
+        let rest: Vec<Rank> = members[MAX_MEMBERS_SHOWN..].iter().map(|m| m.rank).collect();
+        s += &format!(" and {}", fmt_ranks(&rest));
+    }
+    s
 }
 
 /// At most this many pairs are spelled out in a message.

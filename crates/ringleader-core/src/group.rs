@@ -9,8 +9,9 @@
 //! user reads names global ranks, and says which group it happened in: a
 //! [`Group`] maps group ranks to global ranks and describes the group.
 //!
-//! [`fmt_rank_ranges`] writes rank lists as ranges (`ranks 0-36, 38-63`), so
-//! a list of ranks reads the same at 4 and at 16,000 ranks.
+//! [`fmt_ranks`] writes rank lists as ranges (`ranks 0-36, 38-63 (63
+//! ranks)`), bounded, so a list of ranks reads the same at 4 and at 16,000
+//! ranks.
 
 use crate::types::Rank;
 use serde::{Deserialize, Serialize};
@@ -55,7 +56,7 @@ impl std::fmt::Display for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut sorted = self.ranks.clone();
         sorted.sort_unstable();
-        write!(f, "group {} ({})", self.name, fmt_rank_ranges(&sorted))
+        write!(f, "group {} ({})", self.name, fmt_ranks(&sorted))
     }
 }
 
@@ -70,40 +71,56 @@ pub fn global(group: Option<&Group>, r: Rank) -> Rank {
     group.map_or(r, |g| g.global(r))
 }
 
-/// Writes ranks as ranges: `[0, 1, 2, 5]` is `ranks 0-2, 5`, `[3]` is
-/// `rank 3`. Runs of consecutive ranks become one range; the order given is
-/// kept otherwise (sort first for the canonical form).
+/// At most this many ranges are written out; the rest are counted.
+pub const MAX_RANGES: usize = 8;
+
+/// Writes a set of ranks for a person, in a size that does not grow with
+/// the world: sorted, runs of consecutive ranks as ranges, the number of
+/// ranks when there are more than three, and at most [`MAX_RANGES`] ranges
+/// (then how many more ranks there are).
 ///
 /// ```
-/// use ringleader_core::group::fmt_rank_ranges;
-/// assert_eq!(fmt_rank_ranges(&[0, 1, 2, 5]), "ranks 0-2, 5");
-/// assert_eq!(fmt_rank_ranges(&[3]), "rank 3");
-/// assert_eq!(fmt_rank_ranges(&[4, 5]), "ranks 4, 5");
+/// use ringleader_core::group::fmt_ranks;
+/// assert_eq!(fmt_ranks(&[3]), "rank 3");
+/// assert_eq!(fmt_ranks(&[4, 1]), "ranks 1, 4");
+/// assert_eq!(fmt_ranks(&[0, 1, 2, 5]), "ranks 0-2, 5 (4 ranks)");
+/// let ring: Vec<usize> = (0..37).chain(38..64).collect();
+/// assert_eq!(fmt_ranks(&ring), "ranks 0-36, 38-63 (63 ranks)");
+/// let evens: Vec<usize> = (0..4000).step_by(2).collect();
+/// assert_eq!(fmt_ranks(&evens), "ranks 0, 2, 4, 6, 8, 10, 12, 14 and 1992 more (2000 ranks)");
 /// ```
-pub fn fmt_rank_ranges(ranks: &[Rank]) -> String {
-    let mut s = String::new();
+pub fn fmt_ranks(ranks: &[Rank]) -> String {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut items: Vec<String> = Vec::new();
+    let mut shown = 0;
     let mut i = 0;
-    while i < ranks.len() {
+    while i < sorted.len() && items.len() < MAX_RANGES {
         let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
             j += 1;
-        }
-        if !s.is_empty() {
-            s.push_str(", ");
         }
         // Two neighbours read better as a list than as a range.
         match j - i {
-            0 => write!(s, "{}", ranks[i]),
-            1 => write!(s, "{}, {}", ranks[i], ranks[j]),
-            _ => write!(s, "{}-{}", ranks[i], ranks[j]),
+            0 => items.push(sorted[i].to_string()),
+            1 => items.extend([sorted[i].to_string(), sorted[j].to_string()]),
+            _ => items.push(format!("{}-{}", sorted[i], sorted[j])),
         }
-        .expect("writing to a String");
+        shown += j - i + 1;
         i = j + 1;
     }
-    match ranks.len() {
-        1 => format!("rank {s}"),
-        _ => format!("ranks {s}"),
+    let mut s = match sorted.len() {
+        1 => format!("rank {}", items.join(", ")),
+        _ => format!("ranks {}", items.join(", ")),
+    };
+    if shown < sorted.len() {
+        let _ = write!(s, " and {} more", sorted.len() - shown);
     }
+    if sorted.len() > 3 {
+        let _ = write!(s, " ({} ranks)", sorted.len());
+    }
+    s
 }
 
 #[cfg(test)]
@@ -112,11 +129,15 @@ mod tests {
 
     #[test]
     fn ranges_cover_every_shape() {
-        assert_eq!(fmt_rank_ranges(&[]), "ranks ");
-        assert_eq!(fmt_rank_ranges(&[0, 1, 2, 3]), "ranks 0-3");
-        assert_eq!(fmt_rank_ranges(&[0, 2, 4]), "ranks 0, 2, 4");
-        let big: Vec<Rank> = (0..37).chain(38..64).collect();
-        assert_eq!(fmt_rank_ranges(&big), "ranks 0-36, 38-63");
+        assert_eq!(fmt_ranks(&[]), "ranks ");
+        assert_eq!(fmt_ranks(&[0, 1, 2, 3]), "ranks 0-3 (4 ranks)");
+        assert_eq!(fmt_ranks(&[0, 2, 4]), "ranks 0, 2, 4");
+        assert_eq!(fmt_ranks(&[2, 2, 1]), "ranks 1, 2");
+        let every: Vec<Rank> = (0..16384).collect();
+        assert_eq!(fmt_ranks(&every), "ranks 0-16383 (16384 ranks)");
+        // The size is bounded whatever the set.
+        let scattered: Vec<Rank> = (0..16384).filter(|r| r % 3 != 1).collect();
+        assert!(fmt_ranks(&scattered).len() < 120, "{}", fmt_ranks(&scattered));
     }
 
     #[test]

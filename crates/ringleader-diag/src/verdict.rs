@@ -60,10 +60,22 @@ struct Facts<'a> {
 
 impl<'a> Facts<'a> {
     fn gather(ev: &'a Evidence) -> Vec<Facts<'a>> {
+        // By rank, the first of each (analyze passes the newest first).
+        let mut peers: Vec<Option<&PeerView>> = vec![None; ev.world_size];
+        for p in &ev.peers {
+            if let Some(slot) = peers.get_mut(p.rank).filter(|s| s.is_none()) {
+                *slot = Some(p);
+            }
+        }
+        let mut snaps: Vec<Option<&Snapshot>> = vec![None; ev.world_size];
+        for sn in &ev.snapshots {
+            if let Some(slot) = snaps.get_mut(sn.rank).filter(|s| s.is_none()) {
+                *slot = Some(sn);
+            }
+        }
         (0..ev.world_size)
             .map(|rank| {
-                let peer = ev.peers.iter().find(|p| p.rank == rank);
-                let snap = ev.snapshots.iter().find(|s| s.rank == rank);
+                let (peer, snap) = (peers[rank], snaps[rank]);
                 Facts {
                     rank: ev.global(rank),
                     group: ev.group.as_ref(),
@@ -133,44 +145,164 @@ impl<'a> Facts<'a> {
     /// One line: where the rank is (`all` lends labels for collectives
     /// this rank has no record of).
     fn position(&self, all: &[Facts<'_>]) -> String {
-        let mut parts = Vec::new();
-        match self.liveness {
-            Liveness::Vanished => parts.push("its process ended without leaving the job".to_string()),
-            Liveness::Left => parts.push("left the job cleanly".to_string()),
-            Liveness::Alive => {
-                if let Some(age) = self.heartbeat_age_ms {
-                    parts.push(format!("alive, last heartbeat {:.1} s ago", age as f64 / 1000.0));
-                }
-            }
-            Liveness::Unknown => {}
-        }
-        if let Some(e) = self.exit {
-            parts.push(e.to_string());
-        }
-        match self.running() {
-            Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
-                let mut s = format!(
-                    "in {} for {:.1} s",
-                    if r.seq > 0 { format!("{} #{}", r.fingerprint.op, r.seq) } else { r.fingerprint.to_string() },
-                    r.running_ms as f64 / 1000.0
-                );
-                if !r.awaited_peers.is_empty() {
-                    let awaited: Vec<Rank> = r.awaited_peers.iter().map(|&p| self.global(p)).collect();
-                    s += &format!(", waiting for {}", fmt_ranks(&awaited));
-                }
-                parts.push(s);
-            }
-            _ if self.beat.is_some() => parts.push("outside any collective".into()),
-            _ => {}
-        }
-        match self.last_completed() {
-            0 if self.beat.is_some() => parts.push("has completed no collective".into()),
-            0 => parts.push("no progress report".into()),
-            n => parts.push(format!("last completed {}", label_for(all, self, n))),
-        }
-        format!("{}: {}", self.who(), parts.join("; "))
+        format!("{}: {}", self.who(), describe(&[self], all))
+    }
+
+    /// What ranks in the same state share: everything [`describe`] says
+    /// but the numbers that differ from rank to rank (ages, durations, whom
+    /// each waits for in a ring).
+    fn state_key(&self) -> StateKey<'a> {
+        let liveness = match self.liveness {
+            Liveness::Alive => 0,
+            Liveness::Left => 1,
+            Liveness::Vanished => 2,
+            Liveness::Unknown => 3,
+        };
+        let running = self.running().map(|r| (r.seq, r.fingerprint));
+        (liveness, self.exit, running, self.beat.is_some(), self.last_completed())
     }
 }
+
+/// Where the ranks of `group` are, in one line (ranks in one state: see
+/// [`Facts::state_key`]); for more than one rank, ages and durations as
+/// ranges and the peers waited for as one set.
+fn describe(group: &[&Facts<'_>], all: &[Facts<'_>]) -> String {
+    let f = group[0];
+    let many = group.len() > 1;
+    let secs = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        let (lo, hi) = (v[0] as f64 / 1000.0, v[v.len() - 1] as f64 / 1000.0);
+        if (hi - lo) < 0.05 {
+            format!("{hi:.1} s")
+        } else {
+            format!("{lo:.1}-{hi:.1} s")
+        }
+    };
+    let mut parts = Vec::new();
+    match f.liveness {
+        Liveness::Vanished if many => parts.push("their processes ended without leaving the job".to_string()),
+        Liveness::Vanished => parts.push("its process ended without leaving the job".to_string()),
+        Liveness::Left => parts.push("left the job cleanly".to_string()),
+        Liveness::Alive => {
+            let mut ages: Vec<u64> = group.iter().filter_map(|f| f.heartbeat_age_ms).collect();
+            if !ages.is_empty() {
+                parts.push(format!("alive, last heartbeat {} ago", secs(&mut ages)));
+            }
+        }
+        Liveness::Unknown => {}
+    }
+    if let Some(e) = f.exit {
+        parts.push(e.to_string());
+    }
+    match f.running() {
+        Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
+            let label = if r.seq > 0 { format!("{} #{}", r.fingerprint.op, r.seq) } else { r.fingerprint.to_string() };
+            let mut times: Vec<u64> = group.iter().filter_map(|f| f.running().map(|r| r.running_ms)).collect();
+            let mut s = format!("in {label} for {}", secs(&mut times));
+            let awaited: Vec<Rank> = group
+                .iter()
+                .filter_map(|f| f.running().map(|r| (f, r)))
+                .flat_map(|(f, r)| r.awaited_peers.iter().map(|&p| f.global(p)))
+                .collect();
+            if !awaited.is_empty() {
+                s += &format!(", waiting for {}", fmt_ranks(&awaited));
+            }
+            parts.push(s);
+        }
+        _ if f.beat.is_some() => parts.push("outside any collective".into()),
+        _ => {}
+    }
+    match f.last_completed() {
+        0 if f.beat.is_some() => parts.push("has completed no collective".into()),
+        0 => parts.push("no progress report".into()),
+        n => parts.push(format!("last completed {}", label_for(all, f, n))),
+    }
+    parts.join("; ")
+}
+
+/// At most this many ranks of a list are named with host and pid.
+const NAMED: usize = 4;
+/// At most this many groups of ranks make a verdict's details.
+const GROUPS_SHOWN: usize = 8;
+
+/// Names ranks for a headline: the first few with host and pid, the rest as
+/// ranges (`rank 3 (node-b pid 12), rank 7 (...), and ranks 9-63 (55 ranks)`).
+fn names(fs: &[&Facts<'_>]) -> String {
+    names_with(fs, |f| f.who())
+}
+
+/// [`names`], with `who` naming each of the first few.
+fn names_with(fs: &[&Facts<'_>], who: impl Fn(&Facts<'_>) -> String) -> String {
+    let mut parts: Vec<String> = fs.iter().take(NAMED).map(|f| who(f)).collect();
+    if fs.len() > NAMED {
+        let rest: Vec<Rank> = fs[NAMED..].iter().map(|f| f.rank).collect();
+        parts.push(format!("and {}", fmt_ranks(&rest)));
+    }
+    parts.join(", ")
+}
+
+/// Groups `items` by `key`, keeping the order in which keys first appear.
+fn group_by<'f, 'a, K: PartialEq>(
+    items: &[&'f Facts<'a>],
+    key: impl Fn(&Facts<'a>) -> K,
+) -> Vec<(K, Vec<&'f Facts<'a>>)> {
+    let mut groups: Vec<(K, Vec<&'f Facts<'a>>)> = Vec::new();
+    for &f in items {
+        let k = key(f);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, v)) => v.push(f),
+            None => groups.push((k, vec![f])),
+        }
+    }
+    groups
+}
+
+/// Joins clauses with `; `, at most `max`, then how many ranks the rest name.
+fn clauses(mut items: Vec<(String, usize)>, max: usize) -> String {
+    let rest: usize = items.iter().skip(max).map(|(_, n)| n).sum();
+    items.truncate(max);
+    let mut s = items.into_iter().map(|(c, _)| c).collect::<Vec<_>>().join("; ");
+    if rest > 0 {
+        s += &format!("; and {rest} more rank{} (see the dumps)", if rest == 1 { "" } else { "s" });
+    }
+    s
+}
+
+/// The details of a verdict: ranks in one state as one line, culprits
+/// first, at most [`GROUPS_SHOWN`] lines; the per-rank table is in the
+/// dumps and `ringleader analyze`.
+fn details(facts: &[Facts<'_>], culprits: &[Rank]) -> Vec<String> {
+    let all: Vec<&Facts<'_>> = facts.iter().collect();
+    let mut sorted = culprits.to_vec();
+    sorted.sort_unstable();
+    let mut groups = group_by(&all, |f| (sorted.binary_search(&f.rank).is_ok(), f.state_key()));
+    // Culprits first, then by lowest rank (the order groups first appear).
+    groups.sort_by_key(|((culprit, _), _)| !*culprit);
+    let total = groups.len();
+    let mut lines: Vec<String> = groups
+        .iter()
+        .take(GROUPS_SHOWN)
+        .map(|(_, g)| match g.len() {
+            1 => g[0].position(facts),
+            _ => {
+                let ranks: Vec<Rank> = g.iter().map(|f| f.rank).collect();
+                format!("{}: {}", fmt_ranks(&ranks), describe(g, facts))
+            }
+        })
+        .collect();
+    if total > GROUPS_SHOWN {
+        let more: usize = groups.iter().skip(GROUPS_SHOWN).map(|(_, g)| g.len()).sum();
+        lines.push(format!(
+            "and {more} more ranks in {} other states: every rank's position is in the dumps (`ringleader analyze`)",
+            total - GROUPS_SHOWN
+        ));
+    }
+    lines
+}
+
+/// Liveness, ending, the operation running, whether a beat is known, the
+/// last collective completed: what ranks in one state share.
+type StateKey<'a> = (u8, Option<&'a str>, Option<(u64, Fingerprint)>, bool, u64);
 
 /// The collective the job is stuck in: the lowest sequence number any rank
 /// is running or failed in.
@@ -234,7 +366,6 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
         None => String::new(),
     };
     what += &of_group;
-    let details: Vec<String> = facts.iter().map(|f| f.position(&facts)).collect();
     // A rank that died or left can garble what its peers received, so it
     // explains a rank's own observation before the observation stands alone.
     let mut d = mismatch(&facts, seq, &what, &of_group)
@@ -246,12 +377,12 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
         .unwrap_or_else(|| timeout(&facts, &what));
     d.op = d.op.or(op);
     d.seq = d.seq.or(Some(seq));
-    d.details = details;
+    d.details = details(&facts, &d.culprits);
     d
 }
 
 fn diagnosis(kind: ErrorKind, culprits: Vec<Rank>, headline: String, hints: Vec<String>) -> Diagnosis {
-    Diagnosis { kind, culprits, op: None, seq: None, headline, details: Vec::new(), hints }
+    Diagnosis { kind, culprits, op: None, seq: None, headline, details: Vec::new(), hints, summary: None }
 }
 
 /// Waiting ranks, for "while ranks 0, 2 wait in ...".
@@ -338,8 +469,10 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str, of_group: &str) -> Option
         }
         let mut culprits: Vec<Rank> = groups[1..].iter().flat_map(|(_, r)| r.iter().copied()).collect();
         culprits.sort_unstable();
-        let listing =
-            groups.iter().map(|(fp, ranks)| format!("{} called {fp}", fmt_ranks(ranks))).collect::<Vec<_>>().join("; ");
+        let listing = clauses(
+            groups.iter().map(|(fp, ranks)| (format!("{} called {fp}", fmt_ranks(ranks)), ranks.len())).collect(),
+            NAMED,
+        );
         let mut d = diagnosis(
             ErrorKind::Mismatch,
             culprits,
@@ -404,21 +537,23 @@ fn died(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
     if dead.is_empty() {
         return None;
     }
-    let names = dead
-        .iter()
-        .map(|f| match f.exit {
-            Some(e) => format!("{} ({e})", f.who()),
-            None => f.who(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = names_with(&dead, |f| match f.exit {
+        Some(e) => format!("{} ({e})", f.who()),
+        None => f.who(),
+    });
     let during = if dead.iter().all(|f| f.running().is_some_and(|r| r.seq == seq)) {
         format!("during {what}")
     } else {
         format!("before completing {what}")
     };
-    let hosts: Vec<String> = dead.iter().filter_map(|f| f.host.map(str::to_string)).collect();
-    let on = if hosts.is_empty() { String::new() } else { format!(" on {}", hosts.join(", ")) };
+    let mut hosts: Vec<String> = dead.iter().filter_map(|f| f.host.map(str::to_string)).collect();
+    hosts.sort();
+    hosts.dedup();
+    let on = match hosts.len() {
+        0 => String::new(),
+        n if n > NAMED => format!(" on {} and {} more hosts", hosts[..NAMED].join(", "), n - NAMED),
+        _ => format!(" on {}", hosts.join(", ")),
+    };
     Some(diagnosis(
         ErrorKind::PeerDied,
         dead.iter().map(|f| f.rank).collect(),
@@ -436,17 +571,25 @@ fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         return None;
     }
     let waiters = waiting(facts, seq);
-    let mut line = gone
-        .iter()
-        .map(|f| {
-            let after = match f.last_completed() {
-                0 => "before completing any collective".to_string(),
-                n => format!("after {}", label_for(facts, f, n)),
-            };
-            format!("{} did not enter {what}: it left the job (destroyed its communicator or exited) {after}", f.who())
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
+    // Grouped on what each rank knows itself (cheap); labelled once per group.
+    let mut line = clauses(
+        group_by(&gone, |f| (f.last_completed(), f.fingerprint_of(f.last_completed())))
+            .into_iter()
+            .map(|(_, g)| {
+                let after = match g[0].last_completed() {
+                    0 => "before completing any collective".to_string(),
+                    n => format!("after {}", label_for(facts, g[0], n)),
+                };
+                let (it, their) = if g.len() == 1 { ("it", "its") } else { ("they", "their") };
+                let c = format!(
+                    "{} did not enter {what}: {it} left the job (destroyed {their} communicator or exited) {after}",
+                    names(&g)
+                );
+                (c, g.len())
+            })
+            .collect(),
+        NAMED,
+    );
     if !waiters.is_empty() {
         line += &format!(", while {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });
     }
@@ -463,18 +606,22 @@ fn stalled(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<D
     if frozen.is_empty() {
         return None;
     }
-    let line = frozen
-        .iter()
-        .map(|f| {
-            let age = f.heartbeat_age_ms.unwrap_or(0) as f64 / 1000.0;
-            let inside = if f.running().is_some_and(|r| r.seq == seq) { "inside" } else { "before entering" };
-            format!(
-                "{} stopped responding {inside} {what}: its process is alive but sent no heartbeat for {age:.1} s",
-                f.who()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
+    let inside = |f: &Facts<'_>| if f.running().is_some_and(|r| r.seq == seq) { "inside" } else { "before entering" };
+    let line = clauses(
+        group_by(&frozen, inside)
+            .into_iter()
+            .map(|(inside, g)| {
+                let age = g.iter().filter_map(|f| f.heartbeat_age_ms).max().unwrap_or(0) as f64 / 1000.0;
+                let (its, is) = if g.len() == 1 { ("its process is", "") } else { ("their processes are", " up to") };
+                let c = format!(
+                    "{} stopped responding {inside} {what}: {its} alive but sent no heartbeat for{is} {age:.1} s",
+                    names(&g)
+                );
+                (c, g.len())
+            })
+            .collect(),
+        NAMED,
+    );
     let pids: Vec<String> = frozen.iter().filter_map(|f| f.pid.map(|p| p.to_string())).collect();
     let pid = pids.first().cloned().unwrap_or_else(|| "PID".into());
     Some(diagnosis(
@@ -503,15 +650,23 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
         return None;
     }
     let waiters = waiting(facts, seq);
-    let names = outside.iter().map(|f| f.who()).collect::<Vec<_>>().join(", ");
-    let last = outside
-        .iter()
-        .map(|f| match f.last_completed() {
-            0 => format!("rank {} has completed no collective", f.rank),
-            n => format!("rank {} last completed {}", f.rank, label_for(facts, f, n)),
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = names(&outside);
+    let last = clauses(
+        group_by(&outside, |f| (f.last_completed(), f.fingerprint_of(f.last_completed())))
+            .into_iter()
+            .map(|((n, _), g)| {
+                let label = (n > 0).then(|| label_for(facts, g[0], n));
+                let ranks: Vec<Rank> = g.iter().map(|f| f.rank).collect();
+                let (who, has) = (fmt_ranks(&ranks), if g.len() == 1 { "has" } else { "have" });
+                let c = match label {
+                    None => format!("{who} {has} completed no collective"),
+                    Some(l) => format!("{who} last completed {l}"),
+                };
+                (c, g.len())
+            })
+            .collect(),
+        NAMED,
+    );
     let mut line = format!("{names} did not enter {what}; {last}");
     if !waiters.is_empty() {
         line += &format!("; {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });

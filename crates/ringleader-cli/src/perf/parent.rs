@@ -17,9 +17,9 @@
 
 use super::{PerfArgs, WRONG_RESULTS};
 use crate::error::{CliError, Result};
-use crate::secret;
 use crate::launch::ending::Ending;
 use crate::launch::output::copy_lines;
+use crate::secret;
 use ringleader_core::error::fmt_ranks;
 use std::collections::VecDeque;
 use std::ffi::OsString;

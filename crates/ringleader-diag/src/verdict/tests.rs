@@ -303,3 +303,71 @@ fn a_disagreement_noticed_one_call_late_names_the_call_where_it_happened() {
     assert!(d.headline.contains("root 1") && d.headline.contains("root 0"), "{}", d.headline);
     assert!(d.hints[0].contains("#3"), "{:?}", d.hints);
 }
+
+/// `n` ranks in a ring all_reduce #4 (each waiting for its predecessor),
+/// but for `outside`, alive and past #3; every rank left a snapshot.
+fn ring_with_one_outside(n: usize, outside: Rank) -> Evidence {
+    let mut peers = Vec::with_capacity(n);
+    let mut snaps = Vec::with_capacity(n);
+    let history = [(1, ar(1)), (2, ar(1)), (3, ar(1)), (4, ar(1))];
+    for r in 0..n {
+        let b = if r == outside { beat(3, None, vec![]) } else { beat(3, Some((4, ar(1))), vec![(r + n - 1) % n]) };
+        peers.push(peer(r, Liveness::Alive, Some(100 + (r % 7) as u64 * 50), b.clone()));
+        snaps.push(snap(r, b, &history, None));
+    }
+    ev(n, peers, snaps)
+}
+
+#[test]
+fn a_verdict_reads_the_same_at_4_and_at_16384_ranks() {
+    for n in [4, 64, 16_384] {
+        let start = std::time::Instant::now();
+        let d = verdict(&ring_with_one_outside(n, 2));
+        let took = start.elapsed();
+        assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::MissedCollective, vec![2], Some(4)), "{n}");
+        assert!(d.headline.starts_with("rank 2 (node2 pid 1002) did not enter all_reduce #4"), "{}", d.headline);
+        let waiters = if n == 4 {
+            "ranks 0, 1, 3 wait in it".to_string()
+        } else {
+            format!("ranks 0, 1, 3-{} ({} ranks) wait in it", n - 1, n - 1)
+        };
+        assert!(d.headline.ends_with(&waiters), "{n}: {}", d.headline);
+        let text = Error::Collective(Box::new(d.clone())).to_string();
+        assert!(text.len() < 2000, "{n} ranks: {} bytes\n{text}", text.len());
+        assert!(d.details.len() <= 3, "{n}: {:?}", d.details);
+        // The culprit's own line first, then the waiting ranks as one group.
+        assert!(d.details[0].starts_with("rank 2 (node2 pid 1002): alive"), "{:?}", d.details);
+        if n > 4 {
+            let line = &d.details[1];
+            assert!(
+                line.starts_with(&format!("ranks 0, 1, 3-{} ({} ranks): alive, last heartbeat", n - 1, n - 1)),
+                "{line}"
+            );
+            assert!(line.contains("waiting for ranks 0, 2-"), "{line}");
+        }
+        assert!(took < std::time::Duration::from_secs(2), "{n} ranks took {took:?}");
+    }
+}
+
+#[test]
+fn many_ranks_that_left_make_one_clause() {
+    // The seed's exited-rank demo at 64 ranks: rank 0 makes a second
+    // all_reduce, ranks 1-63 leave after the first.
+    let mut peers = vec![peer(0, Liveness::Alive, Some(200), beat(1, Some((2, ar(1))), vec![1]))];
+    peers.extend((1..64).map(|r| peer(r, Liveness::Left, None, beat(1, None, vec![]))));
+    let e = ev(64, peers, vec![snap(0, beat(1, Some((2, ar(1))), vec![1]), &[(1, ar(1)), (2, ar(1))], None)]);
+    let d = verdict(&e);
+    assert_eq!(d.kind, ErrorKind::MissedCollective);
+    assert_eq!(d.culprits, (1..64).collect::<Vec<_>>());
+    assert!(d.headline.len() < 400, "{} bytes: {}", d.headline.len(), d.headline);
+    assert!(
+        d.headline.starts_with(
+            "rank 1 (node1 pid 1001), rank 2 (node2 pid 1002), rank 3 (node3 pid 1003), rank 4 (node4 pid 1004), \
+             and ranks 5-63 (59 ranks) did not enter all_reduce #2: they left the job"
+        ),
+        "{}",
+        d.headline
+    );
+    assert!(d.headline.ends_with("after all_reduce #1, while rank 0 waits in it"), "{}", d.headline);
+    assert_eq!(d.details.len(), 2, "{:?}", d.details);
+}
