@@ -13,7 +13,7 @@ use crate::rendezvous::PeerInfo;
 use crate::work::Completion;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::reduce::finish_avg;
-use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, Result};
+use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
@@ -166,6 +166,9 @@ pub(crate) struct Shared {
     /// Same-host peers whose process was seen ending (through a pidfd), for
     /// a verdict reached without the store.
     pub ended: Mutex<Vec<Rank>>,
+    /// The peers the running collective waits for, as the data plane
+    /// publishes them.
+    pub awaited: RankSet,
 }
 
 impl std::fmt::Debug for Shared {
@@ -224,6 +227,7 @@ impl Shared {
             plane: "tcp",
             p2p,
             ended: Mutex::new(Vec::new()),
+            awaited: RankSet::new(world),
             cfg,
         }
     }
@@ -407,7 +411,7 @@ impl Shared {
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
-        driver.run(links, &mut bufs, plan, &[op], &self.abort, Some(deadline), &self.fr.progress().awaited)?;
+        driver.run(links, &mut bufs, plan, &[op], &self.abort, Some(deadline), &self.awaited)?;
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
@@ -427,7 +431,7 @@ impl Shared {
 
     /// This rank's progress in a heartbeat.
     pub(crate) fn beat(&self) -> Beat {
-        Beat::of(&self.fr, *self.current.lock())
+        Beat::of(&self.fr, *self.current.lock(), &self.awaited)
     }
 
     /// This rank's snapshot.

@@ -12,7 +12,6 @@
 use crate::engine::Shared;
 use crate::log;
 use ringleader_core::{Config, Diagnosis, Error, Group, Rank};
-use ringleader_diag::recorder::mask_ranks;
 use ringleader_diag::{verdict, Beat, Evidence, Liveness, Observation, PeerView, Snapshot};
 use ringleader_store::{keys, JobStatus, Liveness as StoreLiveness, StoreClient};
 use serde::{Deserialize, Serialize};
@@ -44,7 +43,7 @@ impl Shared {
         // What a person reads names global ranks; the observation's fields
         // stay in this communicator's ranks, as every snapshot's do.
         let shown = self.to_global(local.clone());
-        let awaited = mask_ranks(self.fr.progress().awaited.load(Ordering::Relaxed));
+        let awaited = self.awaited.ranks();
         self.fr.failed(record, &shown.to_string(), awaited);
         let mut observation = Observation::from_error(&local);
         observation.message = shown.to_string();

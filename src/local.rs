@@ -12,7 +12,6 @@ use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Ra
 use ringleader_transport::driver::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use ringleader_transport::shm::{segment_name, Domain, Waiter};
 use ringleader_transport::{Driver, Idle, Link};
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 /// How long a wait spins before it sleeps, when every local rank has a core
@@ -137,5 +136,13 @@ pub(crate) fn handshake(
         plan.recv(chan, Region::new(0, 0, 0), RecvMode::Copy, None, None);
     }
     let op = OpInfo { seq: 0, fingerprint: Fingerprint::new(OpKind::Barrier, DType::U8, 0), checks: true };
-    Driver::new().run(links, &mut [Buf::Rw(&mut [])], &plan, &[op], abort, Some(deadline), &AtomicU64::new(0))
+    Driver::new().run(
+        links,
+        &mut [Buf::Rw(&mut [])],
+        &plan,
+        &[op],
+        abort,
+        Some(deadline),
+        &ringleader_core::RankSet::new(0),
+    )
 }

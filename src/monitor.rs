@@ -20,7 +20,6 @@ use crate::pidwatch::PidWatch;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Config, Error, Fingerprint, Rank};
-use ringleader_diag::recorder::mask_ranks;
 use ringleader_diag::Beat;
 use ringleader_store::{keys, JobStatus, Liveness, StoreClient};
 use std::sync::atomic::Ordering;
@@ -272,7 +271,6 @@ impl Monitor {
             return;
         }
         let running = *sh.current.lock();
-        let pending = sh.p2p.pending.load(Ordering::Relaxed);
         for r in gone {
             let seen = self.last_status.as_ref().and_then(|s| s.rank(r));
             if seen.is_some_and(|x| x.liveness == Liveness::Left) {
@@ -286,7 +284,7 @@ impl Monitor {
                     }
                     (fp.op, seq)
                 }
-                _ if r < 64 && pending & (1 << r) != 0 => (ringleader_core::OpKind::Recv, 0),
+                _ if sh.p2p.pending.contains(r) => (ringleader_core::OpKind::Recv, 0),
                 _ => continue,
             };
             let (host, pid) = sh.peers.get(r).map_or(("?".into(), 0), |p| (p.host.clone(), p.pid));
@@ -305,9 +303,8 @@ impl Monitor {
     /// A peer that a send or receive waits for left or died: abort.
     fn p2p_news(&self, status: &JobStatus) {
         let sh = &self.shared;
-        let pending = sh.p2p.pending.load(Ordering::Relaxed);
         for r in &status.ranks {
-            if r.rank >= 64 || pending & (1 << r.rank) == 0 || r.liveness == Liveness::Connected {
+            if !sh.p2p.pending.contains(r.rank) || r.liveness == Liveness::Connected {
                 continue;
             }
             let how = if r.liveness == Liveness::Left { "left the job" } else { "ended without leaving the job" };
@@ -390,12 +387,7 @@ impl Monitor {
         let timeout = Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed));
         if age >= timeout {
             if !sh.abort.is_aborted() {
-                sh.abort.abort(Error::Timeout {
-                    op: fp.op,
-                    seq,
-                    waited: age,
-                    awaited: mask_ranks(p.awaited.load(Ordering::Relaxed)),
-                });
+                sh.abort.abort(Error::Timeout { op: fp.op, seq, waited: age, awaited: sh.awaited.ranks() });
             }
             return;
         }
@@ -424,7 +416,7 @@ impl Monitor {
 
     fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration) {
         let sh = &self.shared;
-        let awaited = mask_ranks(sh.fr.progress().awaited.load(Ordering::Relaxed));
+        let awaited = sh.awaited.ranks();
         let mut outside = Vec::new();
         let mut notes = Vec::new();
         if let Some(status) = &self.last_status {

@@ -17,8 +17,7 @@
 use crate::engine::{RawBuf, Shared};
 use crate::work::Completion;
 use parking_lot::Mutex;
-use ringleader_core::{Error, Fingerprint, OpKind, Rank, Result};
-use ringleader_diag::recorder::mask_ranks;
+use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
 use ringleader_transport::driver::{check_header, lost, pad, read_some, write_frame};
 use ringleader_transport::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use ringleader_transport::shm::Waiter;
@@ -26,7 +25,6 @@ use ringleader_transport::{Buf, Link, OpInfo};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,14 +67,14 @@ pub(crate) struct P2p {
     kick: OwnedFd,
     waiter: Option<Waiter>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Peers with a send or receive in flight (bit r = rank r), for the
-    /// monitor, which aborts them when such a peer dies or leaves.
-    pub pending: AtomicU64,
+    /// Peers with a send or receive in flight, for the monitor, which aborts
+    /// them when such a peer dies or leaves.
+    pub pending: RankSet,
 }
 
 impl std::fmt::Debug for P2p {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("P2p").field("pending", &mask_ranks(self.pending.load(Ordering::Relaxed))).finish()
+        f.debug_struct("P2p").field("pending", &self.pending.ranks()).finish()
     }
 }
 
@@ -89,7 +87,7 @@ impl P2p {
             kick: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             waiter,
             thread: Mutex::new(None),
-            pending: AtomicU64::new(0),
+            pending: RankSet::new(world),
         })
     }
 
@@ -170,6 +168,8 @@ struct Lane {
     links: Vec<Option<Link>>,
     sends: Vec<Flow>,
     recvs: Vec<Flow>,
+    /// The peers last published in `P2p::pending`.
+    published: Vec<Rank>,
 }
 
 impl Lane {
@@ -181,6 +181,7 @@ impl Lane {
             links,
             sends: (0..n).map(|_| Flow::default()).collect(),
             recvs: (0..n).map(|_| Flow::default()).collect(),
+            published: Vec::new(),
         };
         while lane.take_new() {
             if let Err((record, e)) = lane.step() {
@@ -197,14 +198,15 @@ impl Lane {
             let flows = if j.is_send() { &mut self.sends } else { &mut self.recvs };
             flows[j.peer].jobs.push_back((j, Instant::now()));
         }
-        let mut mask = 0u64;
-        for (peer, f) in self.sends.iter().zip(&self.recvs).enumerate() {
-            if (!f.0.jobs.is_empty() || !f.1.jobs.is_empty()) && peer < 64 {
-                mask |= 1 << peer;
-            }
+        let pending: Vec<Rank> = (self.sends.iter().zip(&self.recvs).enumerate())
+            .filter(|(_, (s, r))| !s.jobs.is_empty() || !r.jobs.is_empty())
+            .map(|(peer, _)| peer)
+            .collect();
+        if pending != self.published {
+            self.shared.p2p.pending.replace(&self.published, &pending);
+            self.published = pending;
         }
-        self.shared.p2p.pending.store(mask, Ordering::Relaxed);
-        !(q.shutdown && mask == 0)
+        !(q.shutdown && self.published.is_empty())
     }
 
     fn idle(&self) -> bool {
@@ -321,7 +323,8 @@ impl Lane {
                 j.done.complete(Err(verdict.clone()));
             }
         }
-        self.shared.p2p.pending.store(0, Ordering::Relaxed);
+        self.shared.p2p.pending.replace(&self.published, &[]);
+        self.published.clear();
     }
 }
 

@@ -429,12 +429,12 @@ mod tests {
         if stuck {
             let id = fr.record(ar(4), done + 1, 0);
             fr.started(id);
-            s.beat = Beat::of(&fr, Some((done + 1, ar(4))));
+            s.beat = Beat::of(&fr, Some((done + 1, ar(4))), &ringleader_core::RankSet::new(0));
             if let Some(r) = s.beat.running.as_mut() {
                 r.awaited_peers = vec![1 - rank];
             }
         } else {
-            s.beat = Beat::of(&fr, None);
+            s.beat = Beat::of(&fr, None, &ringleader_core::RankSet::new(0));
         }
         s.entries = fr.entries();
         s.time_ns = time_ns;

@@ -37,12 +37,12 @@ fn dump(
         Some(r) => {
             let id = fr.record(r, done + 1, 0);
             fr.started(id);
-            s.beat = Beat::of(&fr, Some((done + 1, r)));
+            s.beat = Beat::of(&fr, Some((done + 1, r)), &ringleader_core::RankSet::new(0));
             if let Some(run) = s.beat.running.as_mut() {
                 run.awaited_peers = awaited.to_vec();
             }
         }
-        None => s.beat = Beat::of(&fr, None),
+        None => s.beat = Beat::of(&fr, None, &ringleader_core::RankSet::new(0)),
     }
     s.entries = fr.entries();
     s

@@ -23,6 +23,7 @@ pub mod abort;
 pub mod config;
 pub mod error;
 pub mod group;
+pub mod rankset;
 pub mod reduce;
 pub mod types;
 
@@ -30,5 +31,6 @@ pub use abort::AbortSignal;
 pub use config::{Config, TransportKind, VERSION};
 pub use error::{Diagnosis, Error, ErrorKind, Member, Result};
 pub use group::Group;
+pub use rankset::RankSet;
 pub use reduce::Element;
 pub use types::{DType, Fingerprint, OpKind, Rank, ReduceOp};

@@ -93,8 +93,6 @@ pub struct Progress {
     /// When the running operation started (a [`clock`] stamp; read its
     /// age with [`clock::Reader::age_ns`]).
     pub running_since: AtomicU64,
-    /// Peers the running operation waits for (bit r = rank r).
-    pub awaited: AtomicU64,
 }
 
 /// A communicator's flight recorder.
@@ -183,7 +181,6 @@ impl FlightRecorder {
                 last_completed: AtomicU64::new(0),
                 running: AtomicU64::new(0),
                 running_since: AtomicU64::new(0),
-                awaited: AtomicU64::new(0),
             },
         }
     }
@@ -338,15 +335,6 @@ impl FlightRecorder {
             .filter(|e| e.record_id == id)
             .map(|s| s.entry(self.timeout_ms, &clock::Reader::new()))
     }
-}
-
-/// Ranks set in an awaited-peers bit mask.
-///
-/// ```
-/// assert_eq!(ringleader_diag::recorder::mask_ranks(0b1010), vec![1, 3]);
-/// ```
-pub fn mask_ranks(mask: u64) -> Vec<Rank> {
-    (0..64).filter(|r| mask & (1u64 << r) != 0).collect()
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! (docs/DESIGN.md §3), so the run-time watchdog and `ringleader analyze` feed the
 //! same verdict engine with the same data.
 
-use crate::recorder::{mask_ranks, now_ns, Entry, FlightRecorder};
-use ringleader_core::{Diagnosis, Error, ErrorKind, Fingerprint, Group, OpKind, Rank};
+use crate::recorder::{now_ns, Entry, FlightRecorder};
+use ringleader_core::{Diagnosis, Error, ErrorKind, Fingerprint, Group, OpKind, Rank, RankSet};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
@@ -108,8 +108,10 @@ pub struct Beat {
 }
 
 impl Beat {
-    /// Reads a recorder's counters (and, if running, the entry in flight).
-    pub fn of(fr: &FlightRecorder, running: Option<(u64, Fingerprint)>) -> Beat {
+    /// Reads a recorder's counters (and, if running, the entry in flight
+    /// and the peers it waits for, as the data plane publishes them in
+    /// `awaited`).
+    pub fn of(fr: &FlightRecorder, running: Option<(u64, Fingerprint)>, awaited: &RankSet) -> Beat {
         let p = fr.progress();
         let running = running.map(|(seq, fingerprint)| {
             let since = p.running_since.load(Ordering::Relaxed);
@@ -117,7 +119,7 @@ impl Beat {
                 seq,
                 fingerprint,
                 running_ms: crate::clock::Reader::new().age_ns(since) / 1_000_000,
-                awaited_peers: mask_ranks(p.awaited.load(Ordering::Relaxed)),
+                awaited_peers: awaited.ranks(),
             }
         });
         Beat {

@@ -18,11 +18,10 @@ use crate::link::{Link, ReadOutcome};
 use crate::shm::Waiter;
 use crate::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
-use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, ReduceOp, Result};
+use ringleader_core::{AbortSignal, Error, Fingerprint, Rank, RankSet, ReduceOp, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes reduced per piece when a reduce-receive arrives: small enough to
@@ -297,6 +296,8 @@ pub struct Driver {
     waiter: Option<Waiter>,
     /// What to do before sleeping when no link can move.
     idle: Idle,
+    /// The peers last published as awaited (what `awaited` holds from us).
+    published: smallvec::SmallVec<[Rank; 8]>,
     /// Bit b: buffer b is written by some receive of the current plan, so
     /// its bytes may change before a peer has them and are never spliced.
     written: u64,
@@ -378,7 +379,7 @@ impl Driver {
 
     /// Runs `plan` to completion, or until an error, the abort signal, or
     /// `deadline`. While blocked, the ranks it waits for are published in
-    /// `awaited` (bit r = rank r, ranks below 64). Each item belongs to one
+    /// `awaited`. Each item belongs to one
     /// of `ops` (several point-to-point operations can run as one plan).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
@@ -389,7 +390,7 @@ impl Driver {
         ops: &[OpInfo],
         abort: &AbortSignal,
         deadline: Option<Instant>,
-        awaited: &AtomicU64,
+        awaited: &RankSet,
     ) -> Result<()> {
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         self.prepare(links.len() * streams, streams, plan);
@@ -405,7 +406,8 @@ impl Driver {
         }
         // On failure the awaited peers stay published: they are evidence.
         if result.is_ok() {
-            awaited.store(0, Ordering::Relaxed);
+            awaited.replace(&self.published, &[]);
+            self.published.clear();
         }
         result
     }
@@ -480,7 +482,7 @@ impl Driver {
         ops: &[OpInfo],
         abort: &AbortSignal,
         deadline: Option<Instant>,
-        awaited: &AtomicU64,
+        awaited: &RankSet,
         streams: usize,
     ) -> Result<()> {
         let mut idle_since: Option<Instant> = None;
@@ -710,19 +712,19 @@ impl Driver {
 
     #[allow(clippy::too_many_arguments)]
     fn wait(
-        &self,
+        &mut self,
         links: &Links,
         plan: &Plan,
         abort: &AbortSignal,
         deadline: Option<Instant>,
         op: &OpInfo,
-        awaited: &AtomicU64,
+        awaited: &RankSet,
         streams: usize,
     ) -> Result<()> {
         // On the stack for up to 16 links: waiting allocates nothing.
         let mut fds: smallvec::SmallVec<[PollFd<'_>; 16]> = smallvec::SmallVec::new();
         fds.push(PollFd::from_borrowed_fd(abort.fd(), PollFlags::IN));
-        let mut waiting_for = 0u64;
+        let mut waiting_for: smallvec::SmallVec<[Rank; 8]> = smallvec::SmallVec::new();
         let mut shm_pending = false;
         for &ci in &self.active {
             let c = &self.chans[ci];
@@ -730,10 +732,7 @@ impl Driver {
             if !c.acks.is_empty() {
                 // Waiting for the peer to copy a single-copy frame.
                 flags |= PollFlags::OUT;
-                let peer = ci / streams;
-                if peer < 64 {
-                    waiting_for |= 1 << peer;
-                }
+                waiting_for.push(ci / streams);
             }
             if let Some(&si) = c.sends.get(c.send_pos) {
                 if plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) {
@@ -746,10 +745,7 @@ impl Driver {
             if c.unacked > 0 && c.recv_pos == c.recvs.len() {
                 // Waiting for the peer to say it has our spliced frames.
                 flags |= PollFlags::IN;
-                let peer = ci / streams;
-                if peer < 64 {
-                    waiting_for |= 1 << peer;
-                }
+                waiting_for.push(ci / streams);
             }
             if let Some(&ri) = c.recvs.get(c.recv_pos) {
                 let item = &plan.recvs[ri as usize];
@@ -757,10 +753,7 @@ impl Driver {
                     && item.after_send.is_none_or(|s| self.send_done[s as usize])
                 {
                     flags |= PollFlags::IN;
-                    let peer = ci / streams;
-                    if peer < 64 {
-                        waiting_for |= 1 << peer;
-                    }
+                    waiting_for.push(ci / streams);
                 }
             }
             if flags.is_empty() {
@@ -772,7 +765,12 @@ impl Driver {
                 None => shm_pending = true,
             }
         }
-        awaited.store(waiting_for, Ordering::Relaxed);
+        waiting_for.sort_unstable();
+        waiting_for.dedup();
+        if waiting_for != self.published {
+            awaited.replace(&self.published, &waiting_for);
+            self.published = waiting_for;
+        }
         let now = Instant::now();
         let mut left = MAX_POLL;
         if let Some(d) = deadline {
@@ -781,7 +779,7 @@ impl Driver {
                     op: op.fingerprint.op,
                     seq: op.seq,
                     waited: Duration::ZERO,
-                    awaited: (0..64).filter(|r| waiting_for & (1 << r) != 0).collect(),
+                    awaited: self.published.to_vec(),
                 });
             }
             left = left.min(d - now);
@@ -1255,7 +1253,7 @@ mod tests {
     impl Side {
         fn run(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration) -> Result<()> {
             let deadline = Some(Instant::now() + within);
-            self.driver.run(&mut self.links, bufs, plan, &[op()], &self.abort, deadline, &AtomicU64::new(0))
+            self.driver.run(&mut self.links, bufs, plan, &[op()], &self.abort, deadline, &RankSet::new(0))
         }
 
         fn acked(&self) -> u64 {

@@ -10,7 +10,7 @@ use crate::driver::{Buf, Chan, Driver, OpInfo, Plan, RecvMode, Region};
 use crate::link::{Link, ReadOutcome};
 use ringleader_core::{AbortSignal, DType, Error, ErrorKind, Fingerprint, OpKind, ReduceOp};
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const SMALL: LinkParams = LinkParams { slots: 4, chunk: 4096 };
@@ -313,7 +313,7 @@ fn run_side(
     let abort = AbortSignal::new().unwrap();
     let deadline = Some(Instant::now() + Duration::from_secs(20));
     let mut bufs = [Buf::Rw(data), Buf::Rw(&mut scratch)];
-    Driver::new().run(links, &mut bufs, &plan, &[op], &abort, deadline, &AtomicU64::new(0))
+    Driver::new().run(links, &mut bufs, &plan, &[op], &abort, deadline, &ringleader_core::RankSet::new(0))
 }
 
 #[test]
@@ -383,7 +383,15 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
         let op = OpInfo { seq: 7, fingerprint: fp, checks: true };
         let deadline = Some(Instant::now() + Duration::from_millis(500));
         let abort = AbortSignal::new().unwrap();
-        Driver::new().run(&mut lb, &mut [Buf::Rw(&mut d)], &plan, &[op], &abort, deadline, &AtomicU64::new(0))
+        Driver::new().run(
+            &mut lb,
+            &mut [Buf::Rw(&mut d)],
+            &plan,
+            &[op],
+            &abort,
+            deadline,
+            &ringleader_core::RankSet::new(0),
+        )
     });
     let d = vec![1u8; 100_000];
     let chan = Chan { peer: 1, stream: 0 };
@@ -395,8 +403,9 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
     // A send completes locally once posted: the failure surfaces at the
     // next call on the link, here the goodbye-like second frame.
     plan.send(chan, Region::new(0, 0, 8), None);
-    let e =
-        Driver::new().run(&mut la, &mut [Buf::Ro(&d)], &plan, &[op], &abort, deadline, &AtomicU64::new(0)).unwrap_err();
+    let e = Driver::new()
+        .run(&mut la, &mut [Buf::Ro(&d)], &plan, &[op], &abort, deadline, &ringleader_core::RankSet::new(0))
+        .unwrap_err();
     let s = e.to_string();
     assert_eq!(e.kind(), ErrorKind::PeerDied, "{s}");
     assert!(
