@@ -20,8 +20,9 @@
 // Success.
 #define RL_OK 0
 
-// A panic inside ringleader was caught at the C boundary (a bug; please report it).
-#define RL_ERR_INTERNAL -1
+// `internal`: a panic inside ringleader was caught (a bug; please report
+// it). The code of `ErrorKind::Internal`.
+#define RL_ERR_INTERNAL 18
 
 // Element types (`rl_dtype`).
 typedef enum rl_dtype {
@@ -81,8 +82,9 @@ typedef enum rl_op {
   RL_OP_MONITORED_BARRIER = 9,
 } rl_op;
 
-// The error codes of the C ABI: 0 is success, 1..=17 are the error kinds
-// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
+// The error codes of the C ABI: 0 is success, 1..=18 are the error kinds
+// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL` (18, `internal`,
+// a bug in ringleader).
 //
 // Functions return `int` rather than this enum, so that a future code is
 // never an invalid enum value on either side.
@@ -123,11 +125,19 @@ typedef enum rl_error_code {
   RL_ERROR_CODE_ABORTED = 16,
   // `invalid-argument`: the caller passed something unusable.
   RL_ERROR_CODE_INVALID_ARGUMENT = 17,
-  // A panic was caught at the boundary (a bug in ringleader).
-  RL_ERROR_CODE_INTERNAL = -1,
+  // `internal`: a bug in ringleader (a panic, caught and named).
+  RL_ERROR_CODE_INTERNAL = 18,
 } rl_error_code;
 
 // A communicator: one rank's membership in a job (opaque).
+//
+// A handle is a number in pointer's clothing, never a Rust pointer: every
+// call looks it up in a registry and holds the communicator (an `Arc`) for
+// as long as it runs. So `rl_destroy` racing a call on another thread
+// cannot free the communicator under it (the call is aborted and waited
+// for, and the memory lives until the last holder lets go), and a handle
+// used after `rl_destroy` is refused (`invalid-argument`) rather than
+// dereferenced. Numbers are never reused.
 typedef struct rl_comm rl_comm;
 
 // A running store server (opaque).
@@ -389,11 +399,13 @@ void rl_string_free(char *s);
 int rl_abort(const struct rl_comm *comm, const char *reason);
 
 // Leaves the job cleanly (the other ranks read "left", not "died") and
-// frees the handle. NULL is ignored. No other thread may use the handle
-// during or after this call.
+// frees the handle. NULL is ignored. A call running on another thread
+// meanwhile is aborted (it returns `aborted`) and waited for, at most the
+// communicator's timeout plus 5 s; calls made with the handle afterwards
+// fail with `invalid-argument`.
 //
 // # Safety
-// `comm` NULL or a live handle, not used afterwards.
+// `comm` NULL or a handle from `rl_init`/`rl_init_env`.
 int rl_destroy(struct rl_comm *comm);
 
 // The library version (`"0.1.0"`). Static.
@@ -493,7 +505,8 @@ int rl_all_to_all_device(const struct rl_comm *comm,
                          void *stream);
 
 // The stable name of an error code (`"peer-died"`), `"ok"` for 0,
-// `"internal"` for -1, `"unknown"` otherwise. The string is static.
+// `"internal"` for 18 (and for -1, its code in earlier builds),
+// `"unknown"` otherwise. The string is static.
 const char *rl_error_kind_name(int code);
 
 // The code of the last failure on this thread (0 if none yet).

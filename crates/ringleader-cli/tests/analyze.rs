@@ -79,6 +79,7 @@ fn missed_collective_names_the_rank_that_left() {
         their_seq: None,
         ours: None,
         theirs: None,
+        op: None,
     });
     let mut r1 = dump(1, 2, 2, ar(8), None, &[]);
     r1.destroyed = true;

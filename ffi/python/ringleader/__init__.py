@@ -423,7 +423,11 @@ class ProcessGroup:
         _check(_L.rl_abort(self._handle(), reason.encode()))
 
     def destroy(self) -> None:
-        """Leaves the job cleanly (the other ranks read "left", not "died"). Idempotent."""
+        """Leaves the job cleanly (the other ranks read "left", not "died"). Idempotent.
+
+        Safe while another thread is inside a call on this group: that call
+        is aborted (it raises :class:`AbortedError`) and waited for (at most
+        the timeout plus 5 s) before anything is freed."""
         h, self._h = self._h, None
         if h is not None:
             with _live_lock:

@@ -35,6 +35,18 @@ def test_async_wait_raises_the_verdict():
     assert err and err["kind"] == "missed-collective" and err["ranks"] == [1], job.report()
 
 
+def test_destroy_while_another_thread_is_inside_all_reduce(tmp_path):
+    job = run("failures.py", args=["destroy_race"], limit=60, env={"TEST_MARK": str(tmp_path / "done")})
+    job.assert_ok()
+    line = next((l for _, l in job[1].lines if l.startswith("DESTROYED ")), None)
+    assert line, job.report()
+    d = json.loads(line[len("DESTROYED "):])
+    assert d["took"] < 10, d
+    assert not d["alive_after_destroy"], d  # destroy returned only once the call had ended
+    assert d["cls"] == "AbortedError" and "destroyed while an operation ran" in d["message"], d
+    assert any(l == "LATER AbortedError" for _, l in job[1].lines), job.report()
+
+
 def test_mismatched_shapes_fail_at_once():
     job = run("failures.py", args=["mismatch"], limit=60)
     errs = [error_of(p) for p in job.procs]

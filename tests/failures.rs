@@ -1,0 +1,216 @@
+//! Failure paths that must never hang, with real processes: a panic inside
+//! ringleader (injected through the test-only hook of
+//! `ringleader_core::fault`) on the caller's thread (an inline call), on the
+//! engine thread (a queued call), in the transport's driver and on the
+//! send/recv lane ends the operation with an `internal` error naming it, on
+//! every rank, long before the timeout; and destroying a communicator while
+//! another thread is inside a call aborts that call and waits for it.
+#![allow(missing_docs)]
+
+mod common;
+
+use common::*;
+use ringleader::{Communicator, ReduceOp};
+use ringleader_core::fault::{self, Point};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn arg() -> String {
+    std::env::var("RL_ARG").unwrap_or_default()
+}
+
+/// `point:rank:seq` from RL_PANIC: arms the hook on that rank.
+fn arm_from_env(c: &Communicator) {
+    let spec = std::env::var("RL_PANIC").unwrap_or_default();
+    let parts: Vec<&str> = spec.split(':').collect();
+    if let [point, rank, seq] = parts[..] {
+        if rank.parse() == Ok(c.rank()) {
+            fault::arm(Point::parse(point).expect("panic point"), seq.parse().expect("seq"));
+        }
+    }
+}
+
+/// Five collectives (or sends and receives), the way RL_ARG says; one of
+/// them panics on the armed rank. Prints the first error as the ERROR line,
+/// and how every later wait ended.
+fn panicking() -> i32 {
+    let start = Instant::now();
+    let c = Communicator::from_env().expect("init");
+    arm_from_env(&c);
+    let r = match arg().as_str() {
+        "sync" => (0..5).try_for_each(|_| c.all_reduce(&mut [1.0f32; 1024], ReduceOp::Sum)),
+        "async" => {
+            let works: Vec<_> =
+                (0..5).map(|_| c.all_reduce_async(vec![1.0f32; 1024], ReduceOp::Sum).expect("submit")).collect();
+            let mut first = Ok(());
+            let mut works = works.into_iter();
+            for w in works.by_ref().take(4) {
+                let r = w.wait(None);
+                println!("WAITED {}", r.as_ref().map_or_else(|e| e.kind().as_str().to_string(), |_| "ok".into()));
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            // The last one is dropped unwaited: dropping waits for it.
+            drop(works);
+            println!("DROPPED all");
+            first
+        }
+        // Rank 0's sends may all fit in the lane's buffers: it then waits
+        // for an answer rank 1 never sends.
+        "p2p" => (0..5)
+            .try_for_each(|_| {
+                let mut buf = vec![1.0f32; 1024];
+                match c.rank() {
+                    0 => c.send(&buf, 1),
+                    _ => c.recv(&mut buf, 0),
+                }
+            })
+            .and_then(|()| match c.rank() {
+                0 => c.recv(&mut [0.0f32; 4], 1),
+                _ => c.send(&[0.0f32; 4], 0),
+            }),
+        other => panic!("unknown mode {other}"),
+    };
+    match r {
+        Ok(()) => {
+            println!("DONE");
+            0
+        }
+        Err(e) => {
+            report_error(&e, start);
+            // Later calls get the same failure at once.
+            let again = c.barrier().unwrap_err();
+            println!("AGAIN {}", again.kind());
+            3
+        }
+    }
+}
+
+/// Rank 1: one thread blocks in an all_reduce rank 0 never joins; the main
+/// thread closes the communicator under it.
+fn close_racing() -> i32 {
+    let c = Arc::new(Communicator::from_env().expect("init"));
+    if c.rank() == 0 {
+        // Waits for rank 1 to be done, then leaves.
+        let dir = std::env::var("RL_MARK_DIR").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::path::Path::new(&dir).join("closed").exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        return 0;
+    }
+    let inside = c.clone();
+    let t = std::thread::spawn(move || {
+        let mut buf = vec![1.0f32; 1 << 16];
+        let start = Instant::now();
+        let r = inside.all_reduce(&mut buf, ReduceOp::Sum);
+        (r, start.elapsed())
+    });
+    // Wait (bounded) until the call is running: its flight-recorder entry
+    // says so.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.flight_recorder().iter().any(|e| e.state == ringleader::State::Started) {
+        assert!(Instant::now() < deadline, "the all_reduce never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    c.close().expect("close");
+    let closed_in = t0.elapsed();
+    // close returned: the call on the other thread has ended already.
+    assert!(t.is_finished(), "close returned while a call was still in flight");
+    let (r, _) = t.join().expect("the calling thread");
+    let e = r.expect_err("the call was aborted");
+    println!("CLOSED {} {}", closed_in.as_millis(), e.kind());
+    println!("MESSAGE {e}");
+    let later = c.barrier().unwrap_err();
+    println!("LATER {}", later.kind());
+    mark("closed");
+    drop(c);
+    0
+}
+
+#[test]
+fn worker() {
+    let Some(s) = scenario() else { return };
+    let code = match s.as_str() {
+        "panicking" => panicking(),
+        "close_racing" => close_racing(),
+        other => panic!("unknown scenario {other}"),
+    };
+    std::process::exit(code);
+}
+
+fn err_of(o: &Outcome) -> ErrLine {
+    o.error().unwrap_or_else(|| panic!("rank {} printed no error:\n{}\n{}", o.rank, o.stdout, o.stderr))
+}
+
+/// A panic at `point` (on rank 1, in operation #3) in mode `mode`: every
+/// rank fails with `internal`, naming rank 1 and the operation, well before
+/// the 30 s timeout.
+fn panic_ends_in_internal(point: &str, mode: &str, op: &str) -> Vec<Outcome> {
+    let outs = run(JobSpec::new(2, "panicking")
+        .env("RL_PANIC", &format!("{point}:1:3"))
+        .env("RL_ARG", mode)
+        .env("RINGLEADER_TIMEOUT", "30")
+        .limit(60));
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "internal", "rank {}: {e:?}\n{}", o.rank, o.stderr);
+        assert_eq!(e.ranks, vec![1], "{e:?}");
+        assert_eq!(e.op.as_deref(), Some(op), "{e:?}");
+        assert_eq!(e.seq, Some(3), "{e:?}");
+        assert!(e.message.contains("injected fault") && e.message.contains("on rank 1 in"), "{e:?}");
+        assert!(e.elapsed_ms < 10_000, "rank {} took {} ms", o.rank, e.elapsed_ms);
+        assert_eq!(o.code, Some(3), "{}", o.stderr);
+        assert_eq!(o.lines("AGAIN"), vec!["internal".to_string()], "{}", o.stdout);
+    }
+    outs
+}
+
+#[test]
+fn a_panic_in_an_inline_call_is_an_internal_error_not_a_hang() {
+    let outs = panic_ends_in_internal("engine", "sync", "all_reduce");
+    // On the caller's thread, not the engine's.
+    let e = err_of(&outs[1]);
+    assert!(e.message.contains("panic in thread '") && !e.message.contains("ringleader-engine"), "{e:?}");
+}
+
+#[test]
+fn a_panic_on_the_engine_thread_completes_every_waiter() {
+    let outs = panic_ends_in_internal("engine", "async", "all_reduce");
+    assert!(err_of(&outs[1]).message.contains("ringleader-engine-1"), "{:?}", err_of(&outs[1]));
+    for o in &outs {
+        let waited = o.lines("WAITED");
+        assert_eq!(&waited[..2], ["ok", "ok"], "{}", o.stdout);
+        assert_eq!(&waited[2..], ["internal", "internal"], "{}", o.stdout);
+        assert_eq!(o.lines("DROPPED").len(), 1, "{}", o.stdout);
+    }
+}
+
+#[test]
+fn a_panic_in_the_transport_driver_is_an_internal_error() {
+    panic_ends_in_internal("driver", "sync", "all_reduce");
+}
+
+#[test]
+fn a_panic_on_the_send_recv_lane_is_an_internal_error() {
+    let outs = panic_ends_in_internal("p2p", "p2p", "recv");
+    assert!(err_of(&outs[1]).message.contains("ringleader-p2p-1"), "{:?}", err_of(&outs[1]));
+}
+
+#[test]
+fn close_waits_for_a_call_running_on_another_thread() {
+    let marks = mark_dir();
+    let outs = run(JobSpec::new(2, "close_racing")
+        .env("RL_MARK_DIR", marks.to_str().unwrap())
+        .env("RINGLEADER_TIMEOUT", "30")
+        .limit(60));
+    assert_all_ok(&outs);
+    let closed = outs[1].lines("CLOSED");
+    let (ms, kind) = closed[0].split_once(' ').unwrap();
+    assert_eq!(kind, "aborted", "{}", outs[1].stdout);
+    assert!(ms.parse::<u64>().unwrap() < 10_000, "close took {ms} ms");
+    assert!(outs[1].lines("MESSAGE")[0].contains("destroyed while an operation ran"), "{}", outs[1].stdout);
+    assert_eq!(outs[1].lines("LATER"), vec!["aborted".to_string()]);
+}
