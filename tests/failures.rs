@@ -4,7 +4,10 @@
 //! engine thread (a queued call), in the transport's driver and on the
 //! send/recv lane ends the operation with an `internal` error naming it, on
 //! every rank, long before the timeout; and destroying a communicator while
-//! another thread is inside a call aborts that call and waits for it.
+//! another thread is inside a call aborts that call and waits for it; a
+//! `/dev/shm` too small for the job (a 64 MiB tmpfs, as containers get by
+//! default, mounted in a private mount namespace) is a clear error on every
+//! rank before any collective runs, not a SIGBUS.
 #![allow(missing_docs)]
 
 mod common;
@@ -130,12 +133,30 @@ fn close_racing() -> i32 {
     0
 }
 
+/// Joins, runs a 1 MiB all_reduce, says over what.
+fn shm_job() -> i32 {
+    let start = Instant::now();
+    let r = Communicator::from_env().and_then(|c| {
+        c.all_reduce(&mut vec![1.0f32; 1 << 18], ReduceOp::Sum)?;
+        println!("TRANSPORT {}", c.transport_name());
+        c.destroy()
+    });
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            report_error(&e, start);
+            3
+        }
+    }
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
     let code = match s.as_str() {
         "panicking" => panicking(),
         "close_racing" => close_racing(),
+        "shm_job" => shm_job(),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -213,4 +234,87 @@ fn close_waits_for_a_call_running_on_another_thread() {
     assert!(ms.parse::<u64>().unwrap() < 10_000, "close took {ms} ms");
     assert!(outs[1].lines("MESSAGE")[0].contains("destroyed while an operation ran"), "{}", outs[1].stdout);
     assert_eq!(outs[1].lines("LATER"), vec!["aborted".to_string()]);
+}
+
+/// Runs [`dev_shm_inner`] in a mount namespace of its own whose `/dev/shm`
+/// is a 64 MiB tmpfs (needs root, as CI and the dev machines run; skipped
+/// with a note elsewhere).
+#[test]
+fn a_short_dev_shm_is_a_clear_error_on_every_rank() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a tmpfs on /dev/shm needs root");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=64m tmpfs /dev/shm && exec \"$0\" --exact dev_shm_inner --nocapture --test-threads 1")
+        .arg(&exe)
+        .env("RL_SHM_INNER", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let ereader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (reader.join().unwrap(), ereader.join().unwrap());
+    let status = status.unwrap_or_else(|| panic!("past its 120 s limit:\n{stdout}\n{stderr}"));
+    if stderr.contains("unshare failed") || stderr.contains("mount: ") && stderr.contains("permission denied") {
+        eprintln!("skipped: cannot make a mount namespace here: {stderr}");
+        return;
+    }
+    assert!(status.success() && stdout.contains("DEV_SHM_INNER_OK"), "{status:?}\n{stdout}\n{stderr}");
+}
+
+/// Inside the namespace of [`a_short_dev_shm_is_a_clear_error_on_every_rank`].
+#[test]
+fn dev_shm_inner() {
+    if std::env::var("RL_SHM_INNER").is_err() {
+        return;
+    }
+    // 16 streams: each rank's segment holds 17 rings of 2 MiB (34 MiB),
+    // two of them do not fit in 64 MiB.
+    let outs = run(JobSpec::new(2, "shm_job").env("RINGLEADER_STREAMS", "16").limit(60));
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "invalid-argument", "{e:?}");
+        for needle in ["/dev/shm is too small", "64.0 MiB", "need 68.", "RINGLEADER_TRANSPORT=tcp", "--shm-size="] {
+            assert!(e.message.contains(needle), "{needle:?} missing from {}", e.message);
+        }
+        assert!(e.elapsed_ms < 10_000, "{e:?}");
+        assert!(!o.stderr.contains("SIGBUS"), "{}", o.stderr);
+        println!("rank {}: {}", o.rank, e.message);
+    }
+    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "segments left behind: {left:?}");
+    // The same job over TCP, and a job that fits, run.
+    let outs = run(JobSpec::new(2, "shm_job").env("RINGLEADER_STREAMS", "16").env("RINGLEADER_TRANSPORT", "tcp"));
+    assert_all_ok(&outs);
+    let outs = run(JobSpec::new(2, "shm_job").env("RINGLEADER_STREAMS", "2").limit(60));
+    assert_all_ok(&outs);
+    assert_eq!(outs[0].lines("TRANSPORT"), vec!["shm".to_string()]);
+    println!("DEV_SHM_INNER_OK");
 }
