@@ -522,8 +522,12 @@ impl Communicator {
     }
 
     /// Writes this rank's flight-recorder dump (docs/DESIGN.md §3) to `path`, or
-    /// to `RINGLEADER_DUMP_DIR/ringleader-rank{R}.json` when `None` (`R` the
-    /// global rank; `ringleader-rank{R}-group{NAME}.json` in a sub-group).
+    /// to `RINGLEADER_DUMP_DIR/<run>/ringleader-rank{R}.json` when `None` (`R`
+    /// the global rank; `ringleader-rank{R}-group{NAME}.json` in a sub-group;
+    /// `<run>` see [`Config::run_dump_dir`]; the default folder is
+    /// `$TMPDIR/ringleader-dumps-$UID`). The file appears whole (written
+    /// aside, then renamed), and a symbolic link in its place is replaced,
+    /// never followed.
     pub fn dump(&self, path: Option<&Path>) -> Result<PathBuf> {
         let snap = self.shared.snapshot(None);
         self.shared

@@ -144,16 +144,21 @@ impl Shared {
         self.dump_to(&snap, None)
     }
 
-    /// Writes `snap` as JSON to `path`, or to the dump directory.
+    /// Writes `snap` as JSON to `path`, or to this run's dump folder (see
+    /// [`crate::dumps`]).
     pub(crate) fn dump_to(&self, snap: &Snapshot, path: Option<PathBuf>) -> Option<PathBuf> {
-        let path = path.unwrap_or_else(|| self.cfg.dump_dir.join(dump_name(&self.cfg)));
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::write(&path, snap.to_json()) {
-            Ok(()) => Some(path),
+        let json = snap.to_json();
+        let (to, written) = match path {
+            Some(p) => (p.clone(), crate::dumps::write_file(&p, json.as_bytes(), false).map(|()| p)),
+            None => {
+                let name = dump_name(&self.cfg);
+                (self.cfg.run_dump_dir().join(&name), crate::dumps::write_run_dump(&self.cfg, &name, json.as_bytes()))
+            }
+        };
+        match written {
+            Ok(p) => Some(p),
             Err(e) => {
-                log::warn(&self.cfg, &format!("cannot write the flight recorder dump {}: {e}", path.display()));
+                log::warn(&self.cfg, &format!("cannot write the flight recorder dump {}: {e}", to.display()));
                 None
             }
         }

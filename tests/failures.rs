@@ -7,7 +7,8 @@
 //! another thread is inside a call aborts that call and waits for it; a
 //! `/dev/shm` too small for the job (a 64 MiB tmpfs, as containers get by
 //! default, mounted in a private mount namespace) is a clear error on every
-//! rank before any collective runs, not a SIGBUS.
+//! rank before any collective runs, not a SIGBUS; two jobs on one host keep
+//! their own dumps.
 #![allow(missing_docs)]
 
 mod common;
@@ -150,6 +151,17 @@ fn shm_job() -> i32 {
     }
 }
 
+/// One all_reduce, then a dump on request into the run's folder.
+fn dump_job() -> i32 {
+    let c = Communicator::from_env().expect("init");
+    c.all_reduce(&mut [1.0f32; 8], ReduceOp::Sum).expect("all_reduce");
+    let path = c.dump(None).expect("dump");
+    println!("DUMPED {}", path.display());
+    c.barrier().expect("barrier");
+    c.destroy().expect("destroy");
+    0
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
@@ -157,6 +169,7 @@ fn worker() {
         "panicking" => panicking(),
         "close_racing" => close_racing(),
         "shm_job" => shm_job(),
+        "dump_job" => dump_job(),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -317,4 +330,47 @@ fn dev_shm_inner() {
     assert_all_ok(&outs);
     assert_eq!(outs[0].lines("TRANSPORT"), vec!["shm".to_string()]);
     println!("DEV_SHM_INNER_OK");
+}
+
+/// Two jobs at once on this host, both with the run id every plain launch
+/// gets (`default`) and the default dump folder (TMPDIR points at a scratch
+/// folder): each keeps its own dumps, in a private folder of its own.
+#[test]
+fn two_jobs_on_one_host_keep_their_own_dumps() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = mark_dir();
+    let spec = || {
+        JobSpec::new(2, "dump_job")
+            .rank0_hosts_store()
+            .env("RINGLEADER_RUN_ID", "default")
+            .env("RINGLEADER_DUMP_DIR", "")
+            .env("TMPDIR", tmp.to_str().unwrap())
+            .limit(60)
+    };
+    let (a, b) = (spec(), spec());
+    let (a, b) = (start(&a), start(&b));
+    let (a, b) = (a.finish(), b.finish());
+    assert_all_ok(&a);
+    assert_all_ok(&b);
+    let root = tmp.join(format!("ringleader-dumps-{}", rustix::process::getuid().as_raw()));
+    assert_eq!(std::fs::metadata(&root).unwrap().permissions().mode() & 0o777, 0o700);
+    let mut folders = Vec::new();
+    for job in [&a, &b] {
+        for o in job {
+            let path = std::path::PathBuf::from(&o.lines("DUMPED")[0]);
+            assert_eq!(path.file_name().unwrap().to_str().unwrap(), format!("ringleader-rank{}.json", o.rank));
+            let folder = path.parent().unwrap().to_path_buf();
+            assert_eq!(folder.parent().unwrap(), root, "{}", path.display());
+            assert!(folder.file_name().unwrap().to_str().unwrap().starts_with("default-"), "{}", path.display());
+            assert_eq!(std::fs::metadata(&folder).unwrap().permissions().mode() & 0o777, 0o700);
+            let dump: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert_eq!(dump["rank"], o.rank);
+            folders.push(folder);
+        }
+    }
+    // Both ranks of a job share a folder; the two jobs do not.
+    assert_eq!(folders[0], folders[1]);
+    assert_eq!(folders[2], folders[3]);
+    assert_ne!(folders[0], folders[2]);
+    let _ = std::fs::remove_dir_all(&tmp);
 }

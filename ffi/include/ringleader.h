@@ -368,7 +368,9 @@ int rl_work_test(const struct rl_work *work, bool *done);
 void rl_work_free(struct rl_work *work);
 
 // Writes this rank's flight-recorder dump (JSON, docs/DESIGN.md §3) to `path`,
-// or to `RINGLEADER_DUMP_DIR/ringleader-rank<R>.json` when `path` is NULL.
+// or to `RINGLEADER_DUMP_DIR/<run>/ringleader-rank<R>.json` when `path` is
+// NULL (default folder `$TMPDIR/ringleader-dumps-$UID`; `<run>` is the run
+// id, with the store's port appended for `default` and `none`).
 // When `written` is not NULL it receives the path written (free it with
 // `rl_string_free`).
 //

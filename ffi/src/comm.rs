@@ -521,7 +521,9 @@ unsafe fn give_string(out: *mut *mut c_char, s: &str) {
 }
 
 /// Writes this rank's flight-recorder dump (JSON, docs/DESIGN.md §3) to `path`,
-/// or to `RINGLEADER_DUMP_DIR/ringleader-rank<R>.json` when `path` is NULL.
+/// or to `RINGLEADER_DUMP_DIR/<run>/ringleader-rank<R>.json` when `path` is
+/// NULL (default folder `$TMPDIR/ringleader-dumps-$UID`; `<run>` is the run
+/// id, with the store's port appended for `default` and `none`).
 /// When `written` is not NULL it receives the path written (free it with
 /// `rl_string_free`).
 ///

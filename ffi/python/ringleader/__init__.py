@@ -412,7 +412,8 @@ class ProcessGroup:
 
     def dump(self, path=None) -> str:
         """Writes this rank's flight-recorder dump (JSON) to ``path``, or to
-        ``$RINGLEADER_DUMP_DIR/ringleader-rank<R>.json``; returns the path written."""
+        ``$RINGLEADER_DUMP_DIR/<run>/ringleader-rank<R>.json`` (default folder
+        ``$TMPDIR/ringleader-dumps-$UID``); returns the path written."""
         out = _c_void_p()
         p = None if path is None else str(path).encode()
         _check(_L.rl_comm_dump(self._handle(), p, _byref(out)))
