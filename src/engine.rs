@@ -284,7 +284,7 @@ impl Shared {
         Ok(guard)
     }
 
-    /// Whether calls are in flight on callers' threads.
+    /// How many calls are in flight on callers' threads.
     pub(crate) fn calls_in_flight(&self) -> usize {
         self.inflight.load(Ordering::SeqCst)
     }

@@ -244,6 +244,34 @@ pub extern "C" fn rl_last_error_op() -> c_int {
     guard_value(-1, || LAST.with(|l| l.borrow().op))
 }
 
+/// Test-only (not in the header): arms the fault hook of
+/// `ringleader_core::fault`, so that the next time `point` (`engine`,
+/// `driver` or `p2p`) is reached for operation `seq`, ringleader panics
+/// there; the binding tests use it to show a panic ends in `internal`, not
+/// a hang. Nothing but this call arms it.
+///
+/// # Safety
+/// `point` must be NULL or NUL-terminated.
+#[doc(hidden)]
+#[no_mangle]
+pub unsafe extern "C" fn rl_testonly_inject_panic(point: *const c_char, seq: u64) -> c_int {
+    guard(|| {
+        // SAFETY: the caller guarantees NULL or a NUL-terminated string.
+        let name = match unsafe { crate::config::opt_str("point", point) } {
+            Ok(Some(n)) => n,
+            Ok(None) => return invalid("point", "is NULL"),
+            Err(code) => return code,
+        };
+        match ringleader_core::fault::Point::parse(&name) {
+            Some(p) => {
+                ringleader_core::fault::arm(p, seq);
+                RL_OK
+            }
+            None => invalid("point", format!("{name:?} is not engine, driver or p2p")),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,32 @@ def main():
                 print(f"KEYBOARD_INTERRUPT after {time.monotonic() - t0:.2f} s", flush=True)
                 pg.destroy()
                 sys.exit(4)
+        elif scenario == "panic":
+            # Rank 1's engine panics in collective #3 (the test-only hook,
+            # not in the header): every wait ends in InternalError, the
+            # handles dropped unwaited are freed without a hang.
+            import ctypes
+
+            from ringleader import _lib
+
+            if r == 1:
+                arm = _lib.lib.rl_testonly_inject_panic
+                arm.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+                arm.restype = ctypes.c_int
+                assert arm(b"engine", 3) == 0
+            works = [pg.all_reduce(np.ones(1024, dtype=np.float32), async_op=True) for _ in range(4)]
+            outcomes, errors = [], []
+            for w in works[:3]:
+                try:
+                    w.wait()
+                    outcomes.append("ok")
+                except ringleader.InternalError as e:
+                    outcomes.append("internal")
+                    errors.append(e)
+            print("WAITED " + " ".join(outcomes), flush=True)
+            del works, w  # the last one, never waited: freed (rl_work_free waits for it)
+            print("FREED", flush=True)
+            raise errors[0]
         elif scenario == "destroy_race":
             # Rank 1: one thread blocks in an all_reduce rank 0 never joins;
             # the main thread destroys the group under it. Rank 0 waits for
