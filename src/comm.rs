@@ -242,6 +242,7 @@ impl Communicator {
     }
 
     fn sync(&self, call: Call) -> Result<()> {
+        let _call = self.shared.enter()?;
         let req = self.request(call)?;
         if req.fp.op.is_p2p() {
             let (done, _) = self.submit_p2p(req)?;
@@ -251,15 +252,21 @@ impl Communicator {
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
+        let _call = self.shared.enter()?;
         let req = self.request(call)?;
         let op = req.fp.op;
+        let limit = self.shared.wait_limit();
         if op.is_p2p() {
             let (done, seq) = self.submit_p2p(req)?;
-            return Ok(Work { done, buf: Some(buf), op, seq });
+            return Ok(Work { done, buf: Some(buf), op, seq, limit });
         }
         match self.shared.enqueue(req, false)? {
-            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq }),
-            Enqueued::Inline(_) => unreachable!("asynchronous submissions always queue"),
+            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq, limit }),
+            Enqueued::Inline(_) => Err(Error::Internal {
+                rank: self.shared.rank,
+                op: Some((op, 0)),
+                what: "an asynchronous submission was to run inline".into(),
+            }),
         }
     }
 
@@ -521,8 +528,12 @@ impl Communicator {
     }
 
     /// Writes this rank's flight-recorder dump (docs/DESIGN.md §3) to `path`, or
-    /// to `RINGLEADER_DUMP_DIR/ringleader-rank{R}.json` when `None` (`R` the
-    /// global rank; `ringleader-rank{R}-group{NAME}.json` in a sub-group).
+    /// to `RINGLEADER_DUMP_DIR/<run>/ringleader-rank{R}.json` when `None` (`R`
+    /// the global rank; `ringleader-rank{R}-group{NAME}.json` in a sub-group;
+    /// `<run>` see [`Config::run_dump_dir`]; the default folder is
+    /// `$TMPDIR/ringleader-dumps-$UID`). The file appears whole (written
+    /// aside, then renamed), and a symbolic link in its place is replaced,
+    /// never followed.
     pub fn dump(&self, path: Option<&Path>) -> Result<PathBuf> {
         let snap = self.shared.snapshot(None);
         self.shared
@@ -546,13 +557,40 @@ impl Communicator {
         Ok(())
     }
 
+    /// [`Communicator::destroy`] through a shared reference, for a
+    /// communicator that other threads may be using (an `Arc`, a binding's
+    /// handle): an operation still running is aborted (it fails with
+    /// `aborted`), calls in flight on other threads are waited for (at most
+    /// the communicator's timeout plus 5 s), and every later call fails
+    /// with `aborted`. Idempotent; dropping the communicator afterwards
+    /// does nothing more.
+    pub fn close(&self) -> Result<()> {
+        self.shutdown();
+        Ok(())
+    }
+
     fn shutdown(&self) {
         let sh = &self.shared;
-        if sh.destroyed.swap(true, Ordering::AcqRel) {
+        if sh.destroyed.swap(true, Ordering::SeqCst) {
             return;
         }
-        if sh.shutdown() {
+        let running = sh.shutdown();
+        let pending = !sh.p2p.pending.is_empty();
+        if running || pending || sh.calls_in_flight() > 0 {
             sh.abort.abort(Error::aborted("the communicator was destroyed while an operation ran"));
+        }
+        // Calls on other threads still use the caller's buffers and this
+        // communicator: let them end (the abort ends them promptly).
+        let limit = sh.cfg.timeout + Duration::from_secs(5);
+        if !sh.wait_calls_done(limit) {
+            crate::log::warn(
+                &sh.cfg,
+                &format!(
+                    "destroy: {} call(s) on other threads still running {:.0} s after the abort; tearing down                      anyway (they keep the communicator alive until they return)",
+                    sh.calls_in_flight(),
+                    limit.as_secs_f64()
+                ),
+            );
         }
         sh.p2p.shutdown();
         if let Some(h) = self.engine.lock().take() {

@@ -7,11 +7,18 @@
 //! Asynchronous calls always queue; the engine thread runs them. Either way
 //! each operation gets its sequence number at submission, is recorded in the
 //! flight recorder, and ends in exactly one completion.
+//!
+//! A panic while an operation runs (in the engine, the algorithm, or the
+//! transport's driver), on either thread, is caught: the operation ends with
+//! an `internal` error naming it, the communicator is aborted, and the other
+//! ranks learn through the job-wide abort (see [`crate::failure`]). Every
+//! waiter is completed; nothing waits on a thread that died.
 
 use crate::algo::{self, Coll, Shape};
 use crate::rendezvous::PeerInfo;
 use crate::work::Completion;
 use parking_lot::{Condvar, Mutex};
+use ringleader_core::fault::{self, Point};
 use ringleader_core::reduce::finish_avg;
 use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
@@ -19,6 +26,7 @@ use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
 use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region};
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,6 +109,22 @@ pub(crate) struct Job {
     /// Already marked started in the flight recorder (an inline run is
     /// recorded and started in one step).
     started: bool,
+    /// This rank (for the error of a job dropped unfinished).
+    owner: Rank,
+}
+
+impl Drop for Job {
+    /// A job dropped before its completion was given (its runner unwound
+    /// past it) still completes its waiters.
+    fn drop(&mut self) {
+        if let Some(d) = &self.done {
+            d.complete_if_pending(|| Error::Internal {
+                rank: self.owner,
+                op: Some((self.fp.op, self.seq)),
+                what: "the operation was dropped before it completed".into(),
+            });
+        }
+    }
 }
 
 impl Job {
@@ -157,6 +181,12 @@ pub(crate) struct Shared {
     /// Hard timeout of the running operation, in ms.
     pub op_timeout_ms: AtomicU64,
     pub destroyed: AtomicBool,
+    /// Calls in flight on the caller side (submitting, or waiting for a
+    /// synchronous operation), which destroying waits for.
+    inflight: std::sync::atomic::AtomicUsize,
+    /// Guards the wake-up of a destroy waiting for `inflight` to drop to 0.
+    inflight_lock: Mutex<()>,
+    inflight_cv: Condvar,
     /// Set by [`crate::Communicator::abort`]: the caller knows why.
     pub user_aborted: AtomicBool,
     /// What the data plane is made of (`tcp`, `shm`, `shm+tcp`).
@@ -174,6 +204,21 @@ pub(crate) struct Shared {
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared").field("rank", &self.rank).field("world", &self.world).finish()
+    }
+}
+
+/// A call in flight (see [`Shared::enter`]).
+#[derive(Debug)]
+pub(crate) struct CallGuard<'a>(&'a Shared);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.0.inflight.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.destroyed.load(Ordering::SeqCst) {
+            // Under the lock, so a destroy between its check and its wait
+            // cannot miss this.
+            let _g = self.0.inflight_lock.lock();
+            self.0.inflight_cv.notify_all();
+        }
     }
 }
 
@@ -223,6 +268,9 @@ impl Shared {
             current: Mutex::new(None),
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
             destroyed: AtomicBool::new(false),
+            inflight: std::sync::atomic::AtomicUsize::new(0),
+            inflight_lock: Mutex::new(()),
+            inflight_cv: Condvar::new(),
             user_aborted: AtomicBool::new(false),
             plane: "tcp",
             p2p,
@@ -230,6 +278,35 @@ impl Shared {
             awaited: RankSet::new(world),
             cfg,
         }
+    }
+
+    /// Registers a call in flight on the caller's thread; fails once the
+    /// communicator is destroyed. Destroying waits (bounded) until every
+    /// guard is dropped.
+    pub(crate) fn enter(&self) -> Result<CallGuard<'_>> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        let guard = CallGuard(self);
+        if self.destroyed.load(Ordering::SeqCst) {
+            return Err(Error::aborted("the communicator was destroyed"));
+        }
+        Ok(guard)
+    }
+
+    /// How many calls are in flight on callers' threads.
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.inflight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no call is in flight, at most `limit`; whether none is.
+    pub(crate) fn wait_calls_done(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut g = self.inflight_lock.lock();
+        while self.inflight.load(Ordering::SeqCst) > 0 {
+            if self.inflight_cv.wait_until(&mut g, deadline).timed_out() {
+                return self.inflight.load(Ordering::SeqCst) == 0;
+            }
+        }
+        true
     }
 
     /// Numbers, records and queues an operation.
@@ -263,6 +340,7 @@ impl Shared {
             timeout,
             done: None,
             started: inline,
+            owner: self.rank,
         };
         if inline {
             s.busy = true;
@@ -290,24 +368,52 @@ impl Shared {
     pub(crate) fn run_sync(&self, req: Request) -> Result<()> {
         match self.enqueue(req, true)? {
             Enqueued::Inline(job) => {
-                let r = self.execute(&job);
-                self.finish_inline();
-                r
+                // Idle again however this ends (a panic is caught in
+                // `execute`; this holds even if one escaped).
+                struct Idle<'a>(&'a Shared);
+                impl Drop for Idle<'_> {
+                    fn drop(&mut self) {
+                        self.0.finish_inline();
+                    }
+                }
+                let _idle = Idle(self);
+                self.execute(&job)
             }
             Enqueued::Queued(done, _) => self.wait_bounded(&done),
         }
     }
 
-    /// Waits for a queued operation. The watchdog bounds every operation;
-    /// should it fail to, this aborts after the timeout plus a margin.
+    /// How long a waiter gives a queued operation before it stops trusting
+    /// the watchdog (which bounds every operation by its timeout).
+    pub(crate) fn wait_limit(&self) -> Duration {
+        let t = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)).max(self.cfg.timeout);
+        t * 2 + Duration::from_secs(30)
+    }
+
+    /// Waits for a queued operation whose buffers the caller lends. The
+    /// watchdog bounds every operation; should it fail to (a bug), this
+    /// aborts the communicator after the timeout plus a margin, which ends
+    /// the operation. The caller's buffers stay in use until it has ended,
+    /// so the wait goes on after that, saying so every few seconds.
     pub(crate) fn wait_bounded(&self, done: &Completion) -> Result<()> {
-        let limit = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)) * 2 + Duration::from_secs(30);
-        match done.wait(Some(limit)) {
-            Some(r) => r,
-            None => {
-                self.abort.abort(Error::aborted("an operation outlived twice its timeout"));
-                done.wait(None).unwrap_or_else(|| Err(Error::aborted("lost completion")))
+        if let Some(r) = done.wait(Some(self.wait_limit())) {
+            return r;
+        }
+        self.abort.abort(Error::aborted("an operation outlived twice its timeout"));
+        let since = Instant::now();
+        loop {
+            if let Some(r) = done.wait(Some(Duration::from_secs(10))) {
+                return r;
             }
+            crate::log::error(
+                &self.cfg,
+                &format!(
+                    "[internal] an operation of rank {} has not ended {:.0} s after the abort; its buffers are still                      in use, so the call waits on (a bug in ringleader: please report it with a `py-spy dump` or                      `gdb -p {}` backtrace)",
+                    self.cfg.global_rank(),
+                    since.elapsed().as_secs_f64(),
+                    std::process::id()
+                ),
+            );
         }
     }
 
@@ -337,6 +443,34 @@ impl Shared {
         }
     }
 
+    /// The error of an operation that panicked: the panic, named with the
+    /// thread it happened on, made into the communicator's failure the way
+    /// any failure is (abort, job-wide abort record, verdict).
+    fn panicked(&self, job: &Job, payload: &(dyn std::any::Any + Send)) -> Error {
+        let thread = std::thread::current();
+        let place = format!("thread '{}'", thread.name().unwrap_or("unnamed"));
+        let e = Error::from_panic(payload, &place, self.rank, Some((job.fp.op, job.seq)));
+        self.fail_internal(job.record, e)
+    }
+
+    /// Makes `e` (an internal error of the operation recorded as `record`)
+    /// the communicator's failure; should forming the verdict panic too,
+    /// `e` itself, with the communicator aborted.
+    pub(crate) fn fail_internal(&self, record: u64, e: Error) -> Error {
+        let r = match catch_unwind(AssertUnwindSafe(|| self.resolve(record, e.clone()))) {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                let shown = self.to_global(e);
+                self.abort.abort(shown.clone());
+                self.fr.failed(record, &shown.to_string(), Vec::new());
+                let mut f = self.failure.lock();
+                f.get_or_insert(shown).clone()
+            }
+        };
+        *self.current.lock() = None;
+        r
+    }
+
     /// Stops the engine: queued operations fail, the running one (if any)
     /// is aborted. Returns whether one was running.
     pub(crate) fn shutdown(&self) -> bool {
@@ -353,8 +487,17 @@ impl Shared {
         s.busy
     }
 
-    /// Runs one operation and records how it ended.
+    /// Runs one operation and records how it ended. A panic on the way
+    /// (here, in the algorithm, in the transport) ends it with an
+    /// `internal` error and aborts the communicator.
     fn execute(&self, job: &Job) -> Result<()> {
+        match catch_unwind(AssertUnwindSafe(|| self.execute_inner(job))) {
+            Ok(r) => r,
+            Err(payload) => Err(self.panicked(job, payload.as_ref())),
+        }
+    }
+
+    fn execute_inner(&self, job: &Job) -> Result<()> {
         if let Some(f) = self.failure.lock().clone() {
             self.fr.failed(job.record, &f.to_string(), Vec::new());
             return Err(f);
@@ -364,6 +507,7 @@ impl Shared {
         if !job.started {
             self.fr.started_seq(job.record, job.coll_seq());
         }
+        fault::check(Point::Engine, job.seq);
         // Started first, even when already aborted: this rank's snapshot
         // must show that it reached this collective, and with which call.
         let r = match (self.abort.reason(), job.task) {

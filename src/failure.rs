@@ -47,8 +47,9 @@ impl Shared {
         self.fr.failed(record, &shown.to_string(), awaited);
         let mut observation = Observation::from_error(&local);
         observation.message = shown.to_string();
-        if self.user_aborted.load(Ordering::Acquire) {
-            // The caller aborted and knows why: tell the others, skip the inquiry.
+        if self.user_aborted.load(Ordering::Acquire) || self.destroyed.load(Ordering::Acquire) {
+            // The caller aborted (or destroyed the communicator under a
+            // running call) and knows why: tell the others, skip the inquiry.
             if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(200)) {
                 let record = AbortRecord { rank: self.rank, observation };
                 let _ = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default());
@@ -182,16 +183,21 @@ impl Shared {
         self.dump_to(&snap, None)
     }
 
-    /// Writes `snap` as JSON to `path`, or to the dump directory.
+    /// Writes `snap` as JSON to `path`, or to this run's dump folder (see
+    /// [`crate::dumps`]).
     pub(crate) fn dump_to(&self, snap: &Snapshot, path: Option<PathBuf>) -> Option<PathBuf> {
-        let path = path.unwrap_or_else(|| self.cfg.dump_dir.join(dump_name(&self.cfg)));
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::write(&path, snap.to_json()) {
-            Ok(()) => Some(path),
+        let json = snap.to_json();
+        let (to, written) = match path {
+            Some(p) => (p.clone(), crate::dumps::write_file(&p, json.as_bytes(), false).map(|()| p)),
+            None => {
+                let name = dump_name(&self.cfg);
+                (self.cfg.run_dump_dir().join(&name), crate::dumps::write_run_dump(&self.cfg, &name, json.as_bytes()))
+            }
+        };
+        match written {
+            Ok(p) => Some(p),
             Err(e) => {
-                log::warn(&self.cfg, &format!("cannot write the flight recorder dump {}: {e}", path.display()));
+                log::warn(&self.cfg, &format!("cannot write the flight recorder dump {}: {e}", to.display()));
                 None
             }
         }
@@ -228,12 +234,19 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
                     || s.beat.running.as_ref().is_some_and(|r| r.seq >= q)
             })
         };
+        // The rank that failed first must have published what it saw (its
+        // monitor may have published an earlier snapshot without it).
+        let first = first_failed(&status);
         let missing: Vec<String> = status
             .ranks
             .iter()
             .filter(|r| r.rank != me && r.liveness == StoreLiveness::Connected)
             .filter(|r| r.heartbeat_age.is_some_and(|a| a.as_millis() < STALE_MS as u128))
-            .filter(|r| !snaps.iter().any(|s| s.rank == r.rank && reached(s)))
+            .filter(|r| {
+                !snaps
+                    .iter()
+                    .any(|s| s.rank == r.rank && reached(s) && (Some(r.rank) != first || s.observation.is_some()))
+            })
             .map(|r| keys::snapshot(r.rank))
             .collect();
         let now = Instant::now();
@@ -258,6 +271,12 @@ fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
             }
         }
     }
+}
+
+/// The rank that raised the job-wide abort, if one did.
+fn first_failed(status: &JobStatus) -> Option<usize> {
+    let raw = status.abort.as_deref()?;
+    serde_json::from_slice::<AbortRecord>(raw).ok().map(|r| r.rank)
 }
 
 /// Whether a rank vanished whose launcher (one runs: it announced itself)
@@ -299,10 +318,17 @@ pub(crate) fn evidence(
     group: Option<Group>,
 ) -> Result<Evidence, Error> {
     let exits = fetch_prefix(store, keys::EXIT_PREFIX)?;
-    let snapshots = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
+    let mut snapshots: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
         .into_iter()
         .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())
         .collect();
+    // What the rank that failed first saw is in the abort record, even when
+    // its snapshot does not hold it yet.
+    if let Some(record) = status.abort.as_deref().and_then(|raw| serde_json::from_slice::<AbortRecord>(raw).ok()) {
+        if let Some(s) = snapshots.iter_mut().find(|s| s.rank == record.rank && s.observation.is_none()) {
+            s.observation = Some(record.observation);
+        }
+    }
     let peers = status
         .ranks
         .iter()

@@ -28,6 +28,7 @@ mod algo;
 mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod dumps;
 mod engine;
 mod failure;
 mod local;

@@ -5,7 +5,11 @@
 //! rings in shared memory: each creates its segment, maps its local peers',
 //! says so to each of them over the TCP link (an empty frame each way), and
 //! only then unlinks its file, so nothing is left under /dev/shm whatever
-//! happens later.
+//! happens later. Segments are allocated up front, after a check that
+//! /dev/shm has room for every local rank's: a container's short /dev/shm
+//! is an `invalid-argument` error on every rank of the host at init (naming
+//! its size, what the job needs, and RINGLEADER_TRANSPORT=tcp or
+//! `--shm-size`), never a SIGBUS in the middle of a transfer.
 
 use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};

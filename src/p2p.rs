@@ -13,10 +13,15 @@
 //! Frames are the collectives' frames (header, payload, padding); the
 //! sequence number is per pair and direction, and the fingerprint (dtype and
 //! count) is checked like any other.
+//!
+//! A panic on the lane thread is caught: the operation it happened in fails
+//! with an `internal` error naming it, the communicator is aborted, and
+//! every other queued send and receive fails with the verdict.
 
 use crate::engine::{RawBuf, Shared};
 use crate::work::Completion;
 use parking_lot::Mutex;
+use ringleader_core::fault::{self, Point};
 use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
 use ringleader_transport::driver::{check_header, lost, pad, read_some, write_frame};
 use ringleader_transport::frame::{FrameHeader, FrameKind, HEADER_LEN};
@@ -25,6 +30,7 @@ use ringleader_transport::{Buf, Link, OpInfo};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -170,6 +176,8 @@ struct Lane {
     recvs: Vec<Flow>,
     /// The peers last published in `P2p::pending`.
     published: Vec<Rank>,
+    /// The operation being moved (record, op, seq), for the error of a panic.
+    moving: Option<(u64, OpKind, u64)>,
 }
 
 impl Lane {
@@ -182,10 +190,24 @@ impl Lane {
             sends: (0..n).map(|_| Flow::default()).collect(),
             recvs: (0..n).map(|_| Flow::default()).collect(),
             published: Vec::new(),
+            moving: None,
         };
-        while lane.take_new() {
-            if let Err((record, e)) = lane.step() {
-                lane.fail_all(record, e);
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| lane.take_new().then(|| lane.step()))) {
+                Ok(None) => return,
+                Ok(Some(Ok(()))) => {}
+                Ok(Some(Err((record, e)))) => lane.fail_all(record, e, false),
+                Err(payload) => {
+                    // The head operation that was moving, else the oldest.
+                    let (record, op) =
+                        match lane.moving.take().or_else(|| lane.oldest().map(|(j, _)| (j.record, j.fp.op, j.seq))) {
+                            Some((record, op, seq)) => (record, Some((op, seq))),
+                            None => (0, None),
+                        };
+                    let place = format!("thread '{}'", std::thread::current().name().unwrap_or("unnamed"));
+                    let e = Error::from_panic(payload.as_ref(), &place, lane.shared.rank, op);
+                    lane.fail_all(record, e, true);
+                }
             }
         }
     }
@@ -255,8 +277,11 @@ impl Lane {
         let total = HEADER_LEN + len + pad(len);
         let mut moved = false;
         let record = job.record;
+        self.moving = Some((record, job.fp.op, job.seq));
+        fault::check(Point::P2p, job.seq);
         let r =
             if send { pump_send(flow, link, &op, &mut moved) } else { pump_recv(flow, link, &op, peer, &mut moved) };
+        self.moving = None;
         r.map_err(|e| (record, e))?;
         if flow.off == total {
             let (job, _) = flow.jobs.pop_front().expect("head exists");
@@ -313,9 +338,21 @@ impl Lane {
         let _ = rustix::io::read(&p.kick, &mut b);
     }
 
-    /// The lane broke: the verdict fails every queued operation.
-    fn fail_all(&mut self, record: u64, e: Error) {
-        let verdict = self.shared.resolve(record, e);
+    /// The lane broke: the verdict fails every queued operation (`internal`:
+    /// `e` is a caught panic).
+    fn fail_all(&mut self, record: u64, e: Error, internal: bool) {
+        self.moving = None;
+        let sh = &self.shared;
+        let verdict = match internal {
+            true => sh.fail_internal(record, e),
+            false => match catch_unwind(AssertUnwindSafe(|| sh.resolve(record, e.clone()))) {
+                Ok(v) => v,
+                Err(p) => sh.fail_internal(
+                    record,
+                    Error::from_panic(p.as_ref(), "forming a verdict", sh.rank, e.op().zip(e.seq())),
+                ),
+            },
+        };
         for f in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
             f.off = 0;
             for (j, _) in f.jobs.drain(..) {

@@ -26,6 +26,16 @@ impl Completion {
         self.cv.notify_all();
     }
 
+    /// Completes with `err()` unless already completed.
+    pub(crate) fn complete_if_pending(&self, err: impl FnOnce() -> Error) {
+        let mut g = self.result.lock();
+        if g.is_none() {
+            *g = Some(Err(err()));
+            self.done.store(true, Ordering::Release);
+            self.cv.notify_all();
+        }
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
@@ -55,8 +65,10 @@ impl Completion {
 /// from [`Work::into_inner`].
 ///
 /// Dropping a `Work` whose operation still runs waits for it (the engine
-/// writes into the buffers until then); the wait is bounded by the
-/// communicator's timeout.
+/// writes into the buffers until then); the wait is bounded by twice the
+/// communicator's timeout plus 30 s, past which (a bug: the watchdog ends
+/// every operation sooner) the buffers are leaked rather than freed under
+/// the engine.
 ///
 /// ```no_run
 /// # fn main() -> ringleader::Result<()> {
@@ -72,6 +84,8 @@ pub struct Work<B = ()> {
     pub(crate) buf: Option<B>,
     pub(crate) op: OpKind,
     pub(crate) seq: u64,
+    /// How long `wait(None)` and dropping wait at most.
+    pub(crate) limit: Duration,
 }
 
 impl<B> Work<B> {
@@ -81,17 +95,14 @@ impl<B> Work<B> {
     }
 
     /// Waits for the operation, at most `timeout` (`None`: until it ends,
-    /// which the communicator's own timeout bounds). A timeout here leaves
-    /// the operation running; wait again or drop the handle.
+    /// which the communicator's own timeout bounds; this wait gives up at
+    /// twice that plus 30 s). A timeout here leaves the operation running;
+    /// wait again or drop the handle.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
-        match self.done.wait(timeout) {
+        let limit = timeout.unwrap_or(self.limit);
+        match self.done.wait(Some(limit)) {
             Some(r) => r,
-            None => Err(Error::Timeout {
-                op: self.op,
-                seq: self.seq,
-                waited: timeout.unwrap_or_default(),
-                awaited: Vec::new(),
-            }),
+            None => Err(Error::Timeout { op: self.op, seq: self.seq, waited: limit, awaited: Vec::new() }),
         }
     }
 
@@ -104,9 +115,16 @@ impl<B> Work<B> {
 
 impl<B> Drop for Work<B> {
     fn drop(&mut self) {
-        if self.buf.is_some() {
-            // The engine may still be writing into the buffer we own.
-            self.done.wait(None);
+        if self.buf.is_some() && self.done.wait(Some(self.limit)).is_none() {
+            // The engine may still be writing into the buffer we own: never
+            // free it under it.
+            tracing::error!(
+                "[internal] {} #{} has not ended {:.0} s after its handle was dropped; leaking its buffers                  (a bug in ringleader: please report it)",
+                self.op,
+                self.seq,
+                self.limit.as_secs_f64()
+            );
+            std::mem::forget(self.buf.take());
         }
     }
 }

@@ -354,7 +354,9 @@ fn sigusr1_writes_a_dump_on_demand() {
     let job = start(&spec);
     wait_mark(&marks, "ready1", 20);
     signal(job.pid(1), 10); // SIGUSR1
-    let file = dumps.join("ringleader-rank1.json");
+                            // Each run writes into a folder of its own under RINGLEADER_DUMP_DIR.
+    let run = dumps.join(&job.run_id);
+    let file = run.join("ringleader-rank1.json");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !file.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -371,5 +373,5 @@ fn sigusr1_writes_a_dump_on_demand() {
     assert_eq!(entries[2]["profiling_name"], "ringleader:all_reduce");
     assert_eq!(entries[2]["state"], "completed");
     assert_eq!(entries[2]["input_dtypes"][0], "Float");
-    assert!(!dumps.join("ringleader-rank0.json").exists(), "only the signalled rank dumps");
+    assert!(!run.join("ringleader-rank0.json").exists(), "only the signalled rank dumps");
 }

@@ -14,14 +14,25 @@ use crate::error::{code_of, fail, guard, guard_value, invalid, RL_OK};
 use crate::types::{dtype, reduce_op};
 use ringleader_core::{DType, Rank};
 use rl::{Call, Communicator, RawOp, Work};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// A communicator: one rank's membership in a job (opaque).
+///
+/// A handle is a number in pointer's clothing, never a Rust pointer: every
+/// call looks it up in a registry and holds the communicator (an `Arc`) for
+/// as long as it runs. So `rl_destroy` racing a call on another thread
+/// cannot free the communicator under it (the call is aborted and waited
+/// for, and the memory lives until the last holder lets go), and a handle
+/// used after `rl_destroy` is refused (`invalid-argument`) rather than
+/// dereferenced. Numbers are never reused.
 #[derive(Debug)]
 pub struct RlComm {
-    comm: Communicator,
+    _opaque: [u8; 0],
 }
 
 /// A collective running in the background (opaque).
@@ -37,11 +48,37 @@ const _: () = {
     assert_send_sync::<Work<()>>();
 };
 
-/// # Safety
-/// `p` must be NULL or a live handle from `rl_init`/`rl_init_env`.
-pub(crate) unsafe fn comm_ref<'a>(p: *const RlComm) -> Result<&'a Communicator, c_int> {
-    // SAFETY: the caller guarantees `p` is NULL or a live handle.
-    unsafe { p.as_ref() }.map(|c| &c.comm).ok_or_else(|| invalid("comm", "is NULL"))
+/// The live communicators, by handle number.
+static REGISTRY: RwLock<BTreeMap<usize, Arc<Communicator>>> = RwLock::new(BTreeMap::new());
+/// The next handle number (0 is NULL).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+fn registry_read() -> std::sync::RwLockReadGuard<'static, BTreeMap<usize, Arc<Communicator>>> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn registry_write() -> std::sync::RwLockWriteGuard<'static, BTreeMap<usize, Arc<Communicator>>> {
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers `comm` and returns its new handle.
+fn register(comm: Communicator) -> *mut RlComm {
+    let id = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+    registry_write().insert(id, Arc::new(comm));
+    // A number, not an address: never dereferenced (see `RlComm`).
+    id as *mut RlComm
+}
+
+/// The communicator behind handle `p`, held for the duration of a call:
+/// `invalid-argument` for NULL or a handle that is not (or no longer) live.
+pub(crate) fn comm_ref(p: *const RlComm) -> Result<Arc<Communicator>, c_int> {
+    if p.is_null() {
+        return Err(invalid("comm", "is NULL"));
+    }
+    registry_read()
+        .get(&(p as usize))
+        .cloned()
+        .ok_or_else(|| invalid("comm", format!("{p:p} is not a live communicator (destroyed already?)")))
 }
 
 /// # Safety
@@ -66,7 +103,7 @@ unsafe fn init_into(cfg: &RlConfig, out: *mut *mut RlComm) -> c_int {
     match Communicator::init(config) {
         Ok(comm) => {
             // SAFETY: as above.
-            unsafe { out.write(Box::into_raw(Box::new(RlComm { comm }))) };
+            unsafe { out.write(register(comm)) };
             RL_OK
         }
         Err(e) => fail(&e),
@@ -108,8 +145,7 @@ pub unsafe extern "C" fn rl_init(cfg: *const RlConfig, out: *mut *mut RlComm) ->
 /// `comm` must be NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rl_comm_rank(comm: *const RlComm) -> i64 {
-    // SAFETY: forwarded caller guarantee.
-    guard_value(-1, || unsafe { comm.as_ref() }.map_or(-1, |c| c.comm.rank() as i64))
+    guard_value(-1, || registry_read().get(&(comm as usize)).map_or(-1, |c| c.rank() as i64))
 }
 
 /// The number of ranks, or -1 when `comm` is NULL.
@@ -118,8 +154,7 @@ pub unsafe extern "C" fn rl_comm_rank(comm: *const RlComm) -> i64 {
 /// `comm` must be NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rl_comm_world_size(comm: *const RlComm) -> i64 {
-    // SAFETY: forwarded caller guarantee.
-    guard_value(-1, || unsafe { comm.as_ref() }.map_or(-1, |c| c.comm.world_size() as i64))
+    guard_value(-1, || registry_read().get(&(comm as usize)).map_or(-1, |c| c.world_size() as i64))
 }
 
 /// The hard collective timeout in force, in seconds, or -1 when `comm` is NULL.
@@ -128,8 +163,7 @@ pub unsafe extern "C" fn rl_comm_world_size(comm: *const RlComm) -> i64 {
 /// `comm` must be NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rl_comm_timeout(comm: *const RlComm) -> f64 {
-    // SAFETY: forwarded caller guarantee.
-    guard_value(-1.0, || unsafe { comm.as_ref() }.map_or(-1.0, |c| c.comm.config().timeout.as_secs_f64()))
+    guard_value(-1.0, || registry_read().get(&(comm as usize)).map_or(-1.0, |c| c.config().timeout.as_secs_f64()))
 }
 
 /// A buffer argument: pointer, element count, and its name for messages.
@@ -177,8 +211,7 @@ unsafe fn submit(
         // SAFETY: non-null, and the caller guarantees it is writable.
         unsafe { work.write(std::ptr::null_mut()) };
     }
-    // SAFETY: forwarded caller guarantee.
-    let c = tri!(unsafe { comm_ref(comm) });
+    let c = tri!(comm_ref(comm));
     let dt = tri!(dtype(dtype_code));
     tri!(input.check(dt));
     tri!(output.check(dt));
@@ -488,7 +521,9 @@ unsafe fn give_string(out: *mut *mut c_char, s: &str) {
 }
 
 /// Writes this rank's flight-recorder dump (JSON, docs/DESIGN.md §3) to `path`,
-/// or to `RINGLEADER_DUMP_DIR/ringleader-rank<R>.json` when `path` is NULL.
+/// or to `RINGLEADER_DUMP_DIR/<run>/ringleader-rank<R>.json` when `path` is
+/// NULL (default folder `$TMPDIR/ringleader-dumps-$UID`; `<run>` is the run
+/// id, with the store's port appended for `default` and `none`).
 /// When `written` is not NULL it receives the path written (free it with
 /// `rl_string_free`).
 ///
@@ -501,8 +536,7 @@ pub unsafe extern "C" fn rl_comm_dump(comm: *const RlComm, path: *const c_char, 
             // SAFETY: non-null and writable (caller guarantee).
             unsafe { written.write(std::ptr::null_mut()) };
         }
-        // SAFETY: forwarded caller guarantees.
-        let c = tri!(unsafe { comm_ref(comm) });
+        let c = tri!(comm_ref(comm));
         // SAFETY: forwarded caller guarantee.
         let path = tri!(unsafe { opt_str("path", path) }).map(PathBuf::from);
         match c.dump(path.as_deref()) {
@@ -530,8 +564,7 @@ pub unsafe extern "C" fn rl_comm_flight_recorder_json(comm: *const RlComm, out: 
         }
         // SAFETY: non-null and writable (caller guarantee).
         unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: forwarded caller guarantee.
-        let c = tri!(unsafe { comm_ref(comm) });
+        let c = tri!(comm_ref(comm));
         let json = serde_json::to_string(&c.flight_recorder()).unwrap_or_else(|_| "[]".into());
         // SAFETY: `out` is non-null and writable.
         unsafe { give_string(out, &json) };
@@ -560,8 +593,7 @@ pub unsafe extern "C" fn rl_string_free(s: *mut c_char) {
 #[no_mangle]
 pub unsafe extern "C" fn rl_abort(comm: *const RlComm, reason: *const c_char) -> c_int {
     guard(|| {
-        // SAFETY: forwarded caller guarantees.
-        let c = tri!(unsafe { comm_ref(comm) });
+        let c = tri!(comm_ref(comm));
         // SAFETY: forwarded caller guarantee.
         let reason = tri!(unsafe { opt_str("reason", reason) }).unwrap_or_else(|| "no reason given".into());
         c.abort(&reason);
@@ -570,20 +602,25 @@ pub unsafe extern "C" fn rl_abort(comm: *const RlComm, reason: *const c_char) ->
 }
 
 /// Leaves the job cleanly (the other ranks read "left", not "died") and
-/// frees the handle. NULL is ignored. No other thread may use the handle
-/// during or after this call.
+/// frees the handle. NULL is ignored. A call running on another thread
+/// meanwhile is aborted (it returns `aborted`) and waited for, at most the
+/// communicator's timeout plus 5 s; calls made with the handle afterwards
+/// fail with `invalid-argument`.
 ///
 /// # Safety
-/// `comm` NULL or a live handle, not used afterwards.
+/// `comm` NULL or a handle from `rl_init`/`rl_init_env`.
 #[no_mangle]
 pub unsafe extern "C" fn rl_destroy(comm: *mut RlComm) -> c_int {
     guard(|| {
         if comm.is_null() {
             return RL_OK;
         }
-        // SAFETY: the caller hands over a live handle made by Box::into_raw.
-        let c = unsafe { Box::from_raw(comm) };
-        code_of(c.comm.destroy())
+        let Some(c) = registry_write().remove(&(comm as usize)) else {
+            return invalid("comm", format!("{comm:p} is not a live communicator (destroyed already?)"));
+        };
+        // Calls on other threads hold their own reference: the memory
+        // outlives them, whatever `close` waited for.
+        code_of(c.close())
     })
 }
 
@@ -631,6 +668,87 @@ mod tests {
         assert!(last_message().contains("buf"));
         assert!(Buf::new("buf", std::ptr::null(), 3).check(DType::F32).is_err());
         assert!(Buf::new("buf", std::ptr::null(), 0).check(DType::F32).is_ok());
+    }
+
+    /// Joins a 2-rank job at `store` as `rank`; returns the handle.
+    fn join(rank: i64, store: &str, run: &str) -> usize {
+        let (store, run) = (CString::new(store).unwrap(), CString::new(run).unwrap());
+        let cfg = RlConfig {
+            rank,
+            world_size: 2,
+            store_addr: store.as_ptr(),
+            run_id: run.as_ptr(),
+            timeout_s: 20.0,
+            init_timeout_s: 20.0,
+            ..RlConfig::default()
+        };
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the config's strings live until the call returns; `out` is writable.
+        let code = unsafe { rl_init(&cfg, &mut out) };
+        assert_eq!(code, 0, "{}", last_message());
+        out as usize
+    }
+
+    /// rl_destroy while another thread is inside rl_all_reduce: the call is
+    /// aborted and waited for, nothing is freed under it (run this under
+    /// AddressSanitizer to check: see the README's testing section), and
+    /// the handle is refused afterwards.
+    #[test]
+    fn destroy_waits_for_a_call_on_another_thread() {
+        let run = format!("ffi-destroy-race-{}", std::process::id());
+        let server =
+            ringleader_store::StoreServer::bind("127.0.0.1:0", ringleader_store::ServerOptions::new(run.clone()))
+                .unwrap();
+        let addr = server.local_addr().to_string();
+        let (a, r) = (addr.clone(), run.clone());
+        let other = std::thread::spawn(move || join(0, &a, &r));
+        let h1 = join(1, &addr, &run);
+        let h0 = other.join().unwrap();
+        // Rank 1 enters an all_reduce that rank 0 never joins.
+        let caller = std::thread::spawn(move || {
+            let mut buf = vec![1.0f32; 4096];
+            // SAFETY: the buffer outlives the call; dtype 0 is f32.
+            let code = unsafe {
+                rl_all_reduce(h1 as *const RlComm, buf.as_mut_ptr().cast(), buf.len(), 0, 0, std::ptr::null_mut())
+            };
+            (code, last_message())
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut json = std::ptr::null_mut();
+            // SAFETY: live handle, writable out pointer; the string is freed below.
+            assert_eq!(unsafe { rl_comm_flight_recorder_json(h1 as *const RlComm, &mut json) }, 0);
+            // SAFETY: a string from ringleader, freed once read.
+            let text = unsafe { CStr::from_ptr(json) }.to_string_lossy().into_owned();
+            // SAFETY: as above.
+            unsafe { rl_string_free(json) };
+            if text.contains("\"state\":\"started\"") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the all_reduce never started: {text}");
+            std::thread::yield_now();
+        }
+        let t = std::time::Instant::now();
+        // SAFETY: a live handle; the other thread's call is what is tested.
+        assert_eq!(unsafe { rl_destroy(h1 as *mut RlComm) }, 0, "{}", last_message());
+        assert!(t.elapsed() < Duration::from_secs(10), "destroy took {:?}", t.elapsed());
+        assert!(caller.is_finished(), "rl_destroy returned while the call still ran");
+        let (code, msg) = caller.join().unwrap();
+        assert_eq!(code, 16, "{msg}");
+        assert!(msg.contains("destroyed while an operation ran"), "{msg}");
+        // The handle is dead now: refused, never dereferenced.
+        let mut x = [0f32; 4];
+        // SAFETY: a dead handle is refused before anything is read.
+        let code = unsafe { rl_all_reduce(h1 as *const RlComm, x.as_mut_ptr().cast(), 4, 0, 0, std::ptr::null_mut()) };
+        assert_eq!(code, 17);
+        assert!(last_message().contains("not a live communicator"), "{}", last_message());
+        // SAFETY: as above.
+        assert_eq!(unsafe { rl_comm_rank(h1 as *const RlComm) }, -1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { rl_destroy(h1 as *mut RlComm) }, 17);
+        // SAFETY: a live handle.
+        assert_eq!(unsafe { rl_destroy(h0 as *mut RlComm) }, 0);
+        server.shutdown();
     }
 
     #[test]

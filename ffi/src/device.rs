@@ -38,13 +38,12 @@ unsafe fn submit_device(
     output: Buf,
     stream: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded caller guarantee.
-    let c = tri!(unsafe { comm_ref(comm) });
+    let c = tri!(comm_ref(comm));
     let dt = tri!(dtype(dtype_code));
     tri!(input.check(dt));
     tri!(output.check(dt));
     // SAFETY: forwarded caller guarantees.
-    unsafe { run(c, op, dt, input, output, stream) }
+    unsafe { run(&c, op, dt, input, output, stream) }
 }
 
 /// # Safety

@@ -1,8 +1,9 @@
 //! Return codes and the thread-local last error.
 //!
 //! Every fallible entry point returns an `int`: 0 on success, else the
-//! [`ErrorKind::code`] of the failure (1..=17), or [`RL_ERR_INTERNAL`] when a
-//! panic was caught (a bug in ringleader). The details of the last failure
+//! [`ErrorKind::code`] of the failure (1..=18); [`RL_ERR_INTERNAL`] (18,
+//! `internal`) is a bug in ringleader: a panic caught at the C boundary or
+//! inside the library (the engine thread, the send/recv lane, a transport). The details of the last failure
 //! on the calling thread stay readable through the `rl_last_error_*`
 //! functions until the next failure on that thread.
 
@@ -13,11 +14,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Success.
 pub const RL_OK: c_int = 0;
-/// A panic inside ringleader was caught at the C boundary (a bug; please report it).
-pub const RL_ERR_INTERNAL: c_int = -1;
+/// `internal`: a panic inside ringleader was caught (a bug; please report
+/// it). The code of `ErrorKind::Internal`.
+pub const RL_ERR_INTERNAL: c_int = 18;
+/// The code a caught panic had before `internal` became a kind of its own;
+/// `rl_error_kind_name` still names it `"internal"`, nothing returns it.
+const RL_ERR_INTERNAL_OLD: c_int = -1;
 
-/// The error codes of the C ABI: 0 is success, 1..=17 are the error kinds
-/// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL`, -1 a caught panic.
+/// The error codes of the C ABI: 0 is success, 1..=18 are the error kinds
+/// of docs/DESIGN.md §1 in the order of `ErrorKind::ALL` (18, `internal`,
+/// a bug in ringleader).
 ///
 /// Functions return `int` rather than this enum, so that a future code is
 /// never an invalid enum value on either side.
@@ -60,8 +66,8 @@ pub enum RlErrorCode {
     Aborted = 16,
     /// `invalid-argument`: the caller passed something unusable.
     InvalidArgument = 17,
-    /// A panic was caught at the boundary (a bug in ringleader).
-    Internal = -1,
+    /// `internal`: a bug in ringleader (a panic, caught and named).
+    Internal = 18,
 }
 
 /// The last failure on this thread.
@@ -143,7 +149,8 @@ pub(crate) fn code_of(r: ringleader_core::Result<()>) -> c_int {
 }
 
 /// The stable name of an error code (`"peer-died"`), `"ok"` for 0,
-/// `"internal"` for -1, `"unknown"` otherwise. The string is static.
+/// `"internal"` for 18 (and for -1, its code in earlier builds),
+/// `"unknown"` otherwise. The string is static.
 #[no_mangle]
 pub extern "C" fn rl_error_kind_name(code: c_int) -> *const c_char {
     static_name(kind_name(code))
@@ -152,7 +159,7 @@ pub extern "C" fn rl_error_kind_name(code: c_int) -> *const c_char {
 fn kind_name(code: c_int) -> &'static CStr {
     match code {
         RL_OK => c"ok",
-        RL_ERR_INTERNAL => c"internal",
+        RL_ERR_INTERNAL | RL_ERR_INTERNAL_OLD => c"internal",
         c => match ErrorKind::from_code(c) {
             Some(ErrorKind::MissedCollective) => c"missed-collective",
             Some(ErrorKind::Mismatch) => c"mismatch",
@@ -171,6 +178,7 @@ fn kind_name(code: c_int) -> &'static CStr {
             Some(ErrorKind::AuthFailed) => c"auth-failed",
             Some(ErrorKind::Aborted) => c"aborted",
             Some(ErrorKind::InvalidArgument) => c"invalid-argument",
+            Some(ErrorKind::Internal) => c"internal",
             _ => c"unknown",
         },
     }
@@ -236,6 +244,34 @@ pub extern "C" fn rl_last_error_op() -> c_int {
     guard_value(-1, || LAST.with(|l| l.borrow().op))
 }
 
+/// Test-only (not in the header): arms the fault hook of
+/// `ringleader_core::fault`, so that the next time `point` (`engine`,
+/// `driver` or `p2p`) is reached for operation `seq`, ringleader panics
+/// there; the binding tests use it to show a panic ends in `internal`, not
+/// a hang. Nothing but this call arms it.
+///
+/// # Safety
+/// `point` must be NULL or NUL-terminated.
+#[doc(hidden)]
+#[no_mangle]
+pub unsafe extern "C" fn rl_testonly_inject_panic(point: *const c_char, seq: u64) -> c_int {
+    guard(|| {
+        // SAFETY: the caller guarantees NULL or a NUL-terminated string.
+        let name = match unsafe { crate::config::opt_str("point", point) } {
+            Ok(Some(n)) => n,
+            Ok(None) => return invalid("point", "is NULL"),
+            Err(code) => return code,
+        };
+        match ringleader_core::fault::Point::parse(&name) {
+            Some(p) => {
+                ringleader_core::fault::arm(p, seq);
+                RL_OK
+            }
+            None => invalid("point", format!("{name:?} is not engine, driver or p2p")),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +296,7 @@ mod tests {
             (RlErrorCode::AuthFailed, ErrorKind::AuthFailed),
             (RlErrorCode::Aborted, ErrorKind::Aborted),
             (RlErrorCode::InvalidArgument, ErrorKind::InvalidArgument),
+            (RlErrorCode::Internal, ErrorKind::Internal),
         ];
         assert_eq!(enum_codes.len(), ErrorKind::ALL.len());
         for (c, k) in enum_codes {
@@ -294,6 +331,9 @@ mod tests {
     fn a_panic_becomes_internal() {
         let code = guard(|| panic!("boom"));
         assert_eq!(code, RL_ERR_INTERNAL);
+        assert_eq!(ErrorKind::from_code(code), Some(ErrorKind::Internal));
+        // SAFETY: static string.
+        assert_eq!(unsafe { CStr::from_ptr(rl_error_kind_name(-1)) }.to_str().unwrap(), "internal");
         // SAFETY: valid until the next failure on this thread.
         let msg = unsafe { CStr::from_ptr(rl_last_error_message()) }.to_str().unwrap().to_string();
         assert!(msg.contains("boom"), "{msg}");

@@ -10,7 +10,7 @@
 //! server for bindings that host it themselves (the PyTorch backend).
 //!
 //! Errors: every fallible function returns an `int`, 0 on success, else the
-//! error kind's code (1..=17, `rl_error_code`), or -1 for a caught panic.
+//! error kind's code (1..=18, `rl_error_code`; 18 is `internal`, a bug in ringleader such as a caught panic).
 //! The message (the verdict text), kind, ranks, sequence number and op of
 //! the last failure on the calling thread are read with `rl_last_error_*`.
 //!

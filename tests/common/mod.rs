@@ -155,6 +155,8 @@ pub struct Running {
     pub limit: Duration,
     _store: Option<StoreServer>,
     pub store_addr: String,
+    /// The run id the ranks were given.
+    pub run_id: String,
 }
 
 /// Starts every rank of `spec`.
@@ -197,7 +199,7 @@ pub fn start(spec: &JobSpec<'_>) -> Running {
             c.spawn().expect("spawning a worker")
         })
         .collect();
-    Running { children, start, limit: spec.limit, _store: store, store_addr }
+    Running { children, start, limit: spec.limit, _store: store, store_addr, run_id }
 }
 
 impl Running {

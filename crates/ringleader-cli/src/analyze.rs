@@ -35,10 +35,11 @@ const NO_DUMPS: i32 = 2;
 #[command(after_help = "\
 Exit status: 0 when a verdict was printed, 2 when DIR holds no dump.
 
-Example: ringleader analyze /tmp/ringleader-dumps --last 10")]
+Example: ringleader analyze /tmp/ringleader-dumps-1000/my-run --last 10")]
 pub(crate) struct AnalyzeArgs {
-    /// Folder holding the ranks' dumps (`*.json`, as written under
-    /// RINGLEADER_DUMP_DIR).
+    /// Folder holding the ranks' dumps (`*.json`): a run's folder, as
+    /// written under RINGLEADER_DUMP_DIR, or RINGLEADER_DUMP_DIR itself (the
+    /// run folder with the newest dump is read).
     #[arg(value_name = "DIR")]
     pub(crate) dir: PathBuf,
 
@@ -67,7 +68,7 @@ pub(crate) struct Dump {
 
 /// Runs `ringleader analyze`; returns the process exit code.
 pub(crate) fn run(args: AnalyzeArgs) -> i32 {
-    let dumps = match load(&args.dir) {
+    let dumps = match load_run_folder(&args.dir, args.run_id.as_deref()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("ringleader analyze: error: {e}");
@@ -77,7 +78,7 @@ pub(crate) fn run(args: AnalyzeArgs) -> i32 {
     if dumps.is_empty() {
         eprintln!(
             "ringleader analyze: no ringleader dump in {} (expected one `*.json` file per rank, \
-             as written under RINGLEADER_DUMP_DIR)",
+             as written under RINGLEADER_DUMP_DIR/<run>, nor a run folder holding them)",
             args.dir.display()
         );
         return NO_DUMPS;
@@ -132,6 +133,54 @@ pub(crate) fn load(dir: &Path) -> Result<Vec<Dump>> {
             Ok(snap) => dumps.push(Dump { path, snap }),
             Err(e) => eprintln!("ringleader analyze: note: skipping {}: not a ringleader dump ({e})", path.display()),
         }
+    }
+    Ok(dumps)
+}
+
+/// The dumps in `dir`; when it holds none, `dir` is taken for the dump
+/// folder above the runs' folders (`RINGLEADER_DUMP_DIR`, where each run
+/// writes into a subfolder of its own) and the dumps of one run folder are
+/// returned: the one holding run `wanted`'s dumps, else the one with the
+/// newest dump (a note names the others).
+pub(crate) fn load_run_folder(dir: &Path, wanted: Option<&str>) -> Result<Vec<Dump>> {
+    let here = load(dir)?;
+    if !here.is_empty() {
+        return Ok(here);
+    }
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| CliError::io(format!("reading the folder {}", dir.display()), e))?;
+    let mut folders: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
+    folders.sort();
+    let mut runs: Vec<(PathBuf, Vec<Dump>)> = Vec::new();
+    for f in folders {
+        let dumps = load(&f).unwrap_or_default();
+        if !dumps.is_empty() {
+            runs.push((f, dumps));
+        }
+    }
+    let newest = |ds: &Vec<Dump>| ds.iter().map(|d| d.snap.time_ns).max().unwrap_or(0);
+    let chosen = match wanted {
+        Some(id) => runs
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, ds))| ds.iter().any(|d| d.snap.run_id == id))
+            .max_by_key(|(_, (_, ds))| newest(ds))
+            .map(|(i, _)| i),
+        None => runs.iter().enumerate().max_by_key(|(_, (_, ds))| newest(ds)).map(|(i, _)| i),
+    };
+    let Some(i) = chosen else { return Ok(Vec::new()) };
+    let (folder, dumps) = runs.swap_remove(i);
+    if !runs.is_empty() {
+        let mut others: Vec<String> =
+            runs.iter().filter_map(|(f, _)| f.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+        others.sort();
+        eprintln!(
+            "ringleader analyze: note: reading the run folder {} ({}); {} also holds {} (pass one of them as DIR)",
+            folder.display(),
+            if wanted.is_some() { "it holds the run asked for" } else { "it has the newest dump" },
+            dir.display(),
+            others.join(", ")
+        );
     }
     Ok(dumps)
 }

@@ -8,6 +8,13 @@
 //! the store under `rl/exit/{rank}`, gives the others a grace period to print
 //! their own diagnosis, and tears them down.
 //!
+//! Each rank runs in a process group of its own, and every signal the
+//! launcher sends goes to the whole group; when the job ends, for whatever
+//! reason, every group gets a last SIGKILL, so what a rank started (a data
+//! loader, `sleep 1000 &` in a shell rank) does not outlive the job. The
+//! launcher ignores SIGHUP (and says so): an ssh session that drops leaves
+//! the job running to its end, its ranks writing their dumps as usual.
+//!
 //! Every node's command can be derived from one place: `--print-commands`
 //! prints them all (with `--hosts a,b,c`, or `--nnodes`), and inside a Slurm
 //! allocation (`srun --ntasks-per-node=1 ringleader launch -- CMD`) the node
@@ -159,8 +166,10 @@ pub(crate) fn run(args: LaunchArgs) -> i32 {
 
 fn launch(args: LaunchArgs) -> Result<i32> {
     // First, before any thread exists (see `signals`).
-    let blocked = BlockedSignals::block(&[libc::SIGINT, libc::SIGTERM])
-        .map_err(|e| CliError::io("blocking SIGINT and SIGTERM", e))?;
+    // SIGHUP too: an ssh session that drops must not take the job with it
+    // (the supervisor ignores it, and says so).
+    let blocked = BlockedSignals::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .map_err(|e| CliError::io("blocking SIGINT, SIGTERM and SIGHUP", e))?;
     let env = |k: &str| std::env::var(k).ok();
     let here = this_host();
     let purpose = if args.print_commands { Purpose::PrintCommands } else { Purpose::Launch };

@@ -16,7 +16,7 @@
 //! - [`perf`]: an nccl-tests-style benchmark that starts its own ranks.
 //!
 //! Each has its own clap `Args` struct and a `run` function that returns the process
-//! exit code. Shared plumbing lives in [`signals`] (SIGINT/SIGTERM delivered
+//! exit code. Shared plumbing lives in [`signals`] (SIGINT/SIGTERM/SIGHUP delivered
 //! as channel messages), [`error`] and [`logging`] (the store's warnings on
 //! stderr, filtered by RINGLEADER_LOG).
 

@@ -1,4 +1,4 @@
-//! SIGINT and SIGTERM delivered as ordinary messages.
+//! SIGINT, SIGTERM and SIGHUP delivered as ordinary messages.
 //!
 //! The signals are blocked in every thread and one thread takes them with
 //! `sigwait(3)` and hands each to a callback, which typically sends it on a

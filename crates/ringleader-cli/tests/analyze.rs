@@ -79,6 +79,7 @@ fn missed_collective_names_the_rank_that_left() {
         their_seq: None,
         ours: None,
         theirs: None,
+        op: None,
     });
     let mut r1 = dump(1, 2, 2, ar(8), None, &[]);
     r1.destroyed = true;
@@ -178,4 +179,32 @@ fn empty_or_missing_folder_exits_2() {
     let f = run(&["analyze", gone.to_str().unwrap()], LIMIT);
     assert_eq!(f.code, Some(2), "{f:#?}");
     assert!(f.stderr.contains("does-not-exist"), "{f:#?}");
+}
+
+/// RINGLEADER_DUMP_DIR holds one folder per run: given that folder, analyze
+/// reads the run folder with the newest dump (or the one --run-id names)
+/// and says which others there are.
+#[test]
+fn the_dump_folder_above_the_runs_reads_the_newest_run() {
+    let dir = Scratch::new("analyze-parent");
+    let (older, newer) = (dir.0.join("default-29500"), dir.0.join("default-29501"));
+    std::fs::create_dir_all(&older).unwrap();
+    std::fs::create_dir_all(&newer).unwrap();
+    // Both runs have the id every plain launch gets; only the folders differ.
+    let mut a = dump(0, 2, 2, ar(8), Some(ar(8)), &[1]);
+    a.run_id = "default".into();
+    let mut b = dump(0, 2, 5, ar(4), Some(ar(4)), &[1]);
+    b.run_id = "default".into();
+    b.time_ns = a.time_ns + 1_000_000_000;
+    std::fs::write(older.join("ringleader-rank0.json"), a.to_json()).unwrap();
+    std::fs::write(newer.join("ringleader-rank0.json"), b.to_json()).unwrap();
+    let f = run(&["analyze", dir.path()], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    assert!(f.stdout.contains("all_reduce #6"), "the newer run (stuck in #6): {f:#?}");
+    assert!(f.stderr.contains("default-29501") && f.stderr.contains("also holds default-29500"), "{f:#?}");
+    // The run folder itself, as the verdict's hint names it.
+    let f = run(&["analyze", older.to_str().unwrap()], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    assert!(f.stdout.contains("all_reduce #3"), "{f:#?}");
+    assert!(!f.stderr.contains("also holds"), "{f:#?}");
 }

@@ -631,3 +631,54 @@ fn store_warnings_reach_the_launchers_stderr() {
         }
     }
 }
+
+#[test]
+fn sighup_to_the_launcher_leaves_the_job_running_to_its_end() {
+    let dir = Scratch::new("sighup");
+    let d = dir.path();
+    let script = format!(
+        "trap 'echo rank got SIGHUP' HUP; touch {d}/ready$RANK; \
+         while [ ! -f {d}/go ]; do sleep 0.01; done; echo done"
+    );
+    let run = start(&["launch", "--nproc-per-node", "2", "--", "sh", "-c", &script], &[]);
+    dir.wait_for(&["ready0", "ready1"], LIMIT);
+    run.signal(libc::SIGHUP);
+    // Wait (bounded) until the launcher has taken the signal: it is no
+    // longer pending for the process.
+    let status = format!("/proc/{}/status", run.child.id());
+    let hup = 1u64 << (libc::SIGHUP - 1);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = std::fs::read_to_string(&status).expect("the launcher died of SIGHUP");
+        let pending = text.lines().find_map(|l| l.strip_prefix("ShdPnd:")).map(|v| v.trim()).unwrap_or("0");
+        if u64::from_str_radix(pending, 16).unwrap() & hup == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "SIGHUP stayed pending");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(alive(run.child.id() as i32), "the launcher died of SIGHUP");
+    // The launcher said it ignores it; the job finishes on its own.
+    std::fs::write(dir.0.join("go"), b"").unwrap();
+    let f = run.finish(LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    assert!(f.stderr.contains("got SIGHUP") && f.stderr.contains("ignoring it"), "{f:#?}");
+    assert!(f.stdout.contains("[rank0]: done") && f.stdout.contains("[rank1]: done"), "{f:#?}");
+    assert!(!f.stdout.contains("rank got SIGHUP"), "SIGHUP reached a rank: {f:#?}");
+}
+
+#[test]
+fn a_grandchild_of_a_rank_does_not_outlive_the_job() {
+    let dir = Scratch::new("grandchild");
+    let d = dir.path();
+    // Each rank leaves a background process behind and exits 0.
+    let script = format!("sleep 1000 & echo $! > {d}/bg$RANK.tmp; mv {d}/bg$RANK.tmp {d}/bg$RANK; exit 0");
+    let f = launch(&["--nproc-per-node", "2", "--", "sh", "-c", &script], LIMIT);
+    assert_eq!(f.code, Some(0), "{f:#?}");
+    // Its pipes closed with it: the launcher did not wait for them.
+    assert!(f.elapsed < Duration::from_secs(5), "{f:#?}");
+    for r in 0..2 {
+        let bg = dir.read_pid(&format!("bg{r}"));
+        assert!(gone_soon(bg), "rank {r}'s background process (pid {bg}) outlived the job");
+    }
+}

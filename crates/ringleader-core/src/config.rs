@@ -113,7 +113,9 @@ pub struct Config {
     pub init_timeout: Duration,
     /// Flight recorder entries (`RINGLEADER_FR_SIZE`, default 2000; 0 turns it off).
     pub fr_size: usize,
-    /// Where dumps go (`RINGLEADER_DUMP_DIR`, default `$TMPDIR/ringleader-dumps`).
+    /// The folder under which dumps go (`RINGLEADER_DUMP_DIR`, default
+    /// `$TMPDIR/ringleader-dumps-$UID`, see [`default_dump_dir`]); each run
+    /// writes into a subfolder of its own ([`Config::run_dump_dir`]).
     pub dump_dir: PathBuf,
     /// Consistency checks (`RINGLEADER_CHECKS`, default on).
     pub checks: bool,
@@ -177,6 +179,41 @@ impl Config {
         crate::group::global(self.group.as_ref(), r)
     }
 
+    /// Where this run's dumps go: a subfolder of [`Config::dump_dir`] named
+    /// after the run id (characters other than letters, digits, `-`, `_`
+    /// and `.` become `_`). A run id that many jobs share (`default`, and
+    /// torchrun's `none` without `--rdzv-id`) gets the store's port
+    /// appended, so two such jobs on one host keep their own dumps.
+    ///
+    /// ```
+    /// let mut c = ringleader_core::Config::new(0, 2, "127.0.0.1", 29500);
+    /// c.dump_dir = "/tmp/d".into();
+    /// assert_eq!(c.run_dump_dir(), std::path::Path::new("/tmp/d/default-29500"));
+    /// c.run_id = "job/7".into();
+    /// assert_eq!(c.run_dump_dir(), std::path::Path::new("/tmp/d/job_7"));
+    /// ```
+    pub fn run_dump_dir(&self) -> PathBuf {
+        let mut name: String = self
+            .run_id
+            .chars()
+            .take(128)
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+            .collect();
+        if name.is_empty() || name.chars().all(|c| c == '.') {
+            name = format!("run{name}").replace('.', "_");
+        }
+        if matches!(self.run_id.as_str(), "default" | "none" | "") {
+            let port = self
+                .store_addr
+                .as_deref()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse::<u16>().ok())
+                .unwrap_or(self.master_port);
+            name = format!("{name}-{port}");
+        }
+        self.dump_dir.join(name)
+    }
+
     /// A configuration with every optional setting at its default.
     pub fn new(rank: Rank, world_size: usize, master_addr: &str, master_port: u16) -> Config {
         Config {
@@ -192,7 +229,7 @@ impl Config {
             stall_warn: DEFAULT_STALL_WARN,
             init_timeout: DEFAULT_INIT_TIMEOUT,
             fr_size: 2000,
-            dump_dir: std::env::temp_dir().join("ringleader-dumps"),
+            dump_dir: default_dump_dir(),
             checks: true,
             transport: TransportKind::Auto,
             ifname: None,
@@ -249,7 +286,7 @@ impl Config {
         if let Some(n) = env.parse::<usize>("RINGLEADER_FR_SIZE")? {
             self.fr_size = n;
         }
-        if let Some(d) = env.get("RINGLEADER_DUMP_DIR") {
+        if let Some(d) = env.get("RINGLEADER_DUMP_DIR").filter(|d| !d.is_empty()) {
             self.dump_dir = PathBuf::from(d);
         }
         if let Some(c) = env.get("RINGLEADER_CHECKS") {
@@ -306,6 +343,14 @@ impl Config {
     pub fn store_endpoint(&self) -> String {
         self.store_addr.clone().unwrap_or_else(|| join_host_port(&self.master_addr, self.master_port))
     }
+}
+
+/// The default dump folder: `ringleader-dumps-<uid>` in the temporary
+/// directory (`$TMPDIR`, else `/tmp`), one per user, so users of a shared
+/// host never write into each other's folder (ringleader creates it with
+/// mode 0700 and refuses one it does not own, or a symbolic link).
+pub fn default_dump_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("ringleader-dumps-{}", rustix::process::getuid().as_raw()))
 }
 
 /// A `RINGLEADER_STREAMS` value: TCP connections per pair of ranks, 1 to 16.

@@ -56,11 +56,14 @@ pub enum ErrorKind {
     Aborted,
     /// The caller passed something unusable.
     InvalidArgument,
+    /// A bug in ringleader itself (a panic, a broken invariant), caught and
+    /// named; the communicator is aborted.
+    Internal,
 }
 
 impl ErrorKind {
     /// Every kind, in C ABI code order (code = index + 1).
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::MissedCollective,
         ErrorKind::Mismatch,
         ErrorKind::PeerDied,
@@ -78,6 +81,7 @@ impl ErrorKind {
         ErrorKind::AuthFailed,
         ErrorKind::Aborted,
         ErrorKind::InvalidArgument,
+        ErrorKind::Internal,
     ];
 
     /// The stable name, e.g. `missed-collective`.
@@ -100,6 +104,7 @@ impl ErrorKind {
             ErrorKind::AuthFailed => "auth-failed",
             ErrorKind::Aborted => "aborted",
             ErrorKind::InvalidArgument => "invalid-argument",
+            ErrorKind::Internal => "internal",
         }
     }
 
@@ -527,6 +532,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+
+    /// A bug in ringleader: a panic (or a broken invariant) in the engine,
+    /// the send/recv lane or a transport, caught and turned into this error
+    /// of the operation it broke; the communicator is aborted.
+    #[error("[internal] a bug in ringleader on rank {rank}{}: {what}; the communicator was aborted", .op.map(|(op, seq)| format!(" in {op} #{seq}")).unwrap_or_default())]
+    Internal {
+        /// The rank it happened on.
+        rank: Rank,
+        /// The operation it broke and its sequence number, if one.
+        op: Option<(OpKind, u64)>,
+        /// What happened (the panic's message and where).
+        what: String,
+    },
 }
 
 impl Error {
@@ -561,6 +579,7 @@ impl Error {
             Error::FrameMismatch { .. } => ErrorKind::Mismatch,
             Error::Collective(d) => d.kind,
             Error::Aborted { .. } => ErrorKind::Aborted,
+            Error::Internal { .. } => ErrorKind::Internal,
         }
     }
 
@@ -583,6 +602,7 @@ impl Error {
             | Error::ScheduleMismatch { peer, .. }
             | Error::FrameMismatch { peer, .. } => vec![*peer],
             Error::Timeout { awaited, .. } => awaited.clone(),
+            Error::Internal { rank, .. } => vec![*rank],
             Error::Collective(d) => d.culprits.clone(),
             _ => Vec::new(),
         }
@@ -596,6 +616,7 @@ impl Error {
             | Error::ScheduleMismatch { seq, .. }
             | Error::FrameMismatch { seq, .. }
             | Error::Timeout { seq, .. } => Some(*seq),
+            Error::Internal { op, .. } => op.map(|(_, s)| s),
             Error::Collective(d) => d.seq,
             _ => None,
         }
@@ -609,6 +630,7 @@ impl Error {
             | Error::ScheduleMismatch { op, .. }
             | Error::Timeout { op, .. } => Some(*op),
             Error::FrameMismatch { ours, .. } => Some(ours.op),
+            Error::Internal { op, .. } => op.map(|(o, _)| o),
             Error::Collective(d) => d.op,
             _ => None,
         }
@@ -659,8 +681,35 @@ impl Error {
                 Error::FrameMismatch { peer: g(peer), seq, ours, their_seq, theirs }
             }
             Error::Timeout { op, seq, waited, awaited } => Error::Timeout { op, seq, waited, awaited: gs(awaited) },
+            Error::Internal { rank, op, what } => Error::Internal { rank: g(rank), op, what },
             other => other,
         }
+    }
+
+    /// Turns a caught panic's payload into [`Error::Internal`] for `op`
+    /// (with its sequence number) on `rank`; `place` says where it was
+    /// caught (`the engine thread`, ...).
+    ///
+    /// ```
+    /// use ringleader_core::{Error, ErrorKind, OpKind};
+    /// let payload = std::panic::catch_unwind(|| panic!("boom")).unwrap_err();
+    /// let e = Error::from_panic(payload.as_ref(), "the engine thread", 1, Some((OpKind::AllReduce, 4)));
+    /// assert_eq!(e.kind(), ErrorKind::Internal);
+    /// assert_eq!(e.seq(), Some(4));
+    /// assert!(e.to_string().starts_with("[internal] a bug in ringleader on rank 1 in all_reduce #4: panic in the engine thread: boom"), "{e}");
+    /// ```
+    pub fn from_panic(
+        payload: &(dyn std::any::Any + Send),
+        place: &str,
+        rank: Rank,
+        op: Option<(OpKind, u64)>,
+    ) -> Error {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Error::Internal { rank, op, what: format!("panic in {place}: {msg}") }
     }
 
     /// The verdict, when this error is one.

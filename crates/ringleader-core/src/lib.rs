@@ -22,6 +22,8 @@
 pub mod abort;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fault;
 pub mod group;
 pub mod rankset;
 pub mod reduce;

@@ -34,6 +34,10 @@ pub struct Observation {
     /// The peer's call, for a mismatch.
     #[serde(default)]
     pub theirs: Option<Fingerprint>,
+    /// The operation it concerns, where the error names one (an `internal`
+    /// error of a send or receive, which no collective number identifies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OpKind>,
 }
 
 impl Observation {
@@ -54,6 +58,7 @@ impl Observation {
             their_seq: None,
             ours: None,
             theirs: None,
+            op: if e.kind() == ErrorKind::Internal { e.op() } else { None },
         };
         match e {
             Error::PeerLost { peer, .. } | Error::PeerProtocol { peer, .. } | Error::ScheduleMismatch { peer, .. } => {

@@ -368,7 +368,8 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
     what += &of_group;
     // A rank that died or left can garble what its peers received, so it
     // explains a rank's own observation before the observation stands alone.
-    let mut d = mismatch(&facts, seq, &what, &of_group)
+    let mut d = internal(&facts)
+        .or_else(|| mismatch(&facts, seq, &what, &of_group))
         .or_else(|| died(&facts, seq, &what))
         .or_else(|| left(&facts, seq, &what))
         .or_else(|| observed(&facts))
@@ -529,6 +530,28 @@ fn observed(facts: &[Facts<'_>]) -> Option<Diagnosis> {
         vec!["every rank must run the same ringleader build with the same RINGLEADER_* settings: compare the environment and `ringleader --version` of the ranks named".into()],
     );
     d.seq = o.seq;
+    Some(d)
+}
+
+/// A rank caught a bug in ringleader itself (a panic): that explains
+/// everything the others saw.
+fn internal(facts: &[Facts<'_>]) -> Option<Diagnosis> {
+    let (rank, o) = facts.iter().find_map(|f| {
+        let o = f.observation()?;
+        (o.kind == ErrorKind::Internal).then_some((f.rank, o))
+    })?;
+    let text = o.message.strip_prefix("[internal] ").unwrap_or(&o.message);
+    let mut d = diagnosis(
+        ErrorKind::Internal,
+        vec![rank],
+        text.to_string(),
+        vec![
+            format!("this is not a fault of the program or of the job: rank {rank}'s stderr has the panic's location; please report it with this message"),
+            "the communicator was aborted on every rank; start a new one (or restart the job) to go on".into(),
+        ],
+    );
+    d.seq = o.seq;
+    d.op = o.op;
     Some(d)
 }
 

@@ -392,6 +392,7 @@ impl Driver {
         deadline: Option<Instant>,
         awaited: &RankSet,
     ) -> Result<()> {
+        ringleader_core::fault::check(ringleader_core::fault::Point::Driver, ops.first().map_or(0, |o| o.seq));
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         self.prepare(links.len() * streams, streams, plan);
         let result = self.drive(links, bufs, plan, ops, abort, deadline, awaited, streams);

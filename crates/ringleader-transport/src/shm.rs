@@ -12,6 +12,17 @@
 //! abort signal rings the doorbell too, so an abort wakes a sleeping wait at
 //! once, as it does a `poll` on sockets.
 //!
+//! Segments are allocated in full when they are created (`fallocate`), not
+//! merely sized: a sparse file on a tmpfs too small for it (a container's
+//! 64 MiB `/dev/shm`) would kill the process with SIGBUS at the first write
+//! past the space left. Before creating its segment each rank checks that
+//! `/dev/shm` has room for every local rank's segment (this run's segments
+//! already there count as room), so on a short `/dev/shm` every rank of the
+//! host fails at once with the same error, which names the sizes and the
+//! fixes. Should the allocation still fail (another job took the space
+//! meanwhile), the rank leaves a note in its segment file that its peers
+//! read instead of waiting for the segment.
+//!
 //! Segments are files under `/dev/shm` only until every local peer has
 //! mapped them: the owner unlinks its file right after the local handshake,
 //! so a job whose ranks are killed leaves nothing behind. Files of crashed
@@ -194,6 +205,15 @@ fn ring_bell(bell: &Doorbell) {
     }
 }
 
+/// Why a peer's segment could not be mapped.
+#[derive(Debug)]
+enum Opened {
+    /// Not there yet, or not ready: worth waiting for.
+    NotYet(String),
+    /// Its owner could not allocate it, and left this message.
+    Failed(String),
+}
+
 /// This rank's shared-memory state: its own segment and its local peers'.
 pub struct Domain {
     own: Mapping,
@@ -214,6 +234,103 @@ impl std::fmt::Debug for Domain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Domain").field("rank", &self.rank).field("local", &self.local).finish()
     }
+}
+
+/// Where `shm_open` puts segments.
+const SHM_DIR: &str = "/dev/shm";
+/// What a segment file holds instead of its rings when its owner could
+/// not allocate it: this prefix, then the owner's error message.
+const FAILED_NOTE: &[u8] = b"RLSHM-FAILED\n";
+
+/// `n` bytes as a person reads them (`64.0 MiB`).
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The prefix of this run's segment files in [`SHM_DIR`].
+fn run_prefix(run_id: &str) -> String {
+    segment_name(run_id, 0, 0).trim_start_matches('/').rsplitn(3, '-').nth(2).unwrap_or_default().to_string() + "-"
+}
+
+/// The error for a `/dev/shm` without room for `need` bytes.
+fn no_room(size: u64, free: u64, need: u64, ranks: usize, seg: usize, streams: usize) -> Error {
+    Error::invalid(
+        "shared memory",
+        format!(
+            "{SHM_DIR} is too small for this job: it has {} free of {}, but the {ranks} ranks on this host need {} \
+             ({ranks} segments of {}: {} rings of {} for each local peer, one per RINGLEADER_STREAMS stream plus one \
+             for send/recv); set RINGLEADER_TRANSPORT=tcp to do without shared memory, give the container a larger \
+             {SHM_DIR} (`docker run --shm-size={}m ...`, Kubernetes: an emptyDir with medium: Memory), or lower \
+             RINGLEADER_STREAMS",
+            human(free),
+            human(size),
+            human(need),
+            human(seg as u64),
+            streams,
+            human(RING_BYTES as u64),
+            // Room for the segments and half as much again for everything
+            // else, in steps of 64 MiB.
+            (need + need / 2).div_ceil(64 << 20).max(1) * 64,
+        ),
+    )
+}
+
+/// Checks that [`SHM_DIR`] has room for `ranks` segments of `seg` bytes,
+/// counting the space this run's segments already hold as room (they are
+/// among the `ranks`). Reads the free space first and the segments after,
+/// so a peer allocating meanwhile can only make the room look larger,
+/// never smaller: no rank fails for want of space another rank of the job
+/// holds.
+fn check_room(run_id: &str, ranks: usize, seg: usize, streams: usize) -> Result<()> {
+    let Ok(st) = rustix::fs::statvfs(SHM_DIR) else { return Ok(()) };
+    let block = st.f_frsize.max(1);
+    let (free, size) = (st.f_bavail.saturating_mul(block), st.f_blocks.saturating_mul(block));
+    let prefix = run_prefix(run_id);
+    let mut ours = 0u64;
+    if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                if let Ok(m) = e.metadata() {
+                    ours += std::os::unix::fs::MetadataExt::blocks(&m) * 512;
+                }
+            }
+        }
+    }
+    let need = (ranks as u64).saturating_mul(seg as u64);
+    if free.saturating_add(ours) < need {
+        return Err(no_room(size, free + ours, need, ranks, seg, streams));
+    }
+    Ok(())
+}
+
+/// Allocates the segment's `len` bytes (not a sparse file: see the module
+/// docs). File systems without `fallocate` get a sized file.
+fn allocate(fd: &OwnedFd, len: usize) -> std::io::Result<()> {
+    match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len as u64) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(rustix::fs::ftruncate(fd, len as u64)?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Leaves `msg` in a segment file whose rings could not be allocated, for
+/// the peers waiting for it (best effort: on a full tmpfs even this may not fit).
+fn leave_note(fd: &OwnedFd, msg: &str) {
+    let _ = rustix::fs::ftruncate(fd, 0);
+    let mut note = FAILED_NOTE.to_vec();
+    note.extend_from_slice(msg.as_bytes());
+    let _ = rustix::io::pwrite(fd, &note, 0);
 }
 
 fn shm_error(what: &str, e: impl std::fmt::Display) -> Error {
@@ -238,14 +355,28 @@ impl Domain {
         local.sort_unstable();
         let rings = (local.len() - 1) * streams;
         let len = segment_len(rings);
+        check_room(run_id, local.len(), len, streams)?;
         let name = segment_name(run_id, rank, std::process::id());
         let fd =
             rustix::shm::open(name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, Mode::RUSR | Mode::WUSR)
                 .map_err(|e| shm_error(&format!("cannot create {name}"), e))?;
-        let sized = rustix::fs::ftruncate(&fd, len as u64);
-        let own = sized.map_err(std::io::Error::from).and_then(|()| Mapping::map(&fd, len)).map_err(|e| {
+        if let Err(e) = allocate(&fd, len) {
+            let err = match e.raw_os_error() {
+                Some(libc::ENOSPC) => {
+                    let st = rustix::fs::statvfs(SHM_DIR).ok();
+                    let block = st.as_ref().map_or(1, |s| s.f_frsize.max(1));
+                    let (size, free) = st.map_or((0, 0), |s| (s.f_blocks * block, s.f_bavail * block));
+                    no_room(size, free, (local.len() * len) as u64, local.len(), len, streams)
+                }
+                _ => shm_error(&format!("cannot allocate {name} ({})", human(len as u64)), e),
+            };
+            // The peers read this instead of waiting for the segment.
+            leave_note(&fd, &format!("rank {rank}: {err}"));
+            return Err(err);
+        }
+        let own = Mapping::map(&fd, len).map_err(|e| {
             let _ = rustix::shm::unlink(name.as_str());
-            shm_error(&format!("cannot size or map {name} ({len} bytes; is /dev/shm large enough?)"), e)
+            shm_error(&format!("cannot map {name} ({})", human(len as u64)), e)
         })?;
         // Fresh pages are zero: positions start at 0. The magic says "ready".
         let probe = Box::new(nonce(&name));
@@ -283,7 +414,10 @@ impl Domain {
                     self.peers[peer] = Some(m);
                     return Ok(());
                 }
-                Err(why) => why,
+                Err(Opened::Failed(note)) => {
+                    return Err(Error::invalid("shared memory", format!("rank {peer} could not set up: {note}")))
+                }
+                Err(Opened::NotYet(why)) => why,
             };
             if std::time::Instant::now() >= deadline {
                 return Err(shm_error(&format!("rank {peer}'s segment {name}"), why));
@@ -292,16 +426,27 @@ impl Domain {
         }
     }
 
-    /// Maps a ready segment, or says why it is not (yet).
-    fn try_open(&self, name: &str, len: usize) -> std::result::Result<Mapping, String> {
-        let fd = rustix::shm::open(name, OFlags::RDWR, Mode::empty()).map_err(|e| format!("never appeared ({e})"))?;
-        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size as usize;
+    /// Maps a ready segment, or says why it is not (yet), or that its
+    /// owner failed to allocate it.
+    fn try_open(&self, name: &str, len: usize) -> std::result::Result<Mapping, Opened> {
+        let not_yet = |s: String| Opened::NotYet(s);
+        let fd = rustix::shm::open(name, OFlags::RDWR, Mode::empty())
+            .map_err(|e| not_yet(format!("never appeared ({e})")))?;
+        let size = rustix::fs::fstat(&fd).map_err(|e| not_yet(e.to_string()))?.st_size as usize;
         if size != len {
-            return Err(format!("has {size} bytes, expected {len}"));
+            if size > FAILED_NOTE.len() && size < 64 << 10 {
+                let mut note = vec![0u8; size];
+                if let Ok(n) = rustix::io::pread(&fd, &mut note, 0) {
+                    if let Some(msg) = note[..n].strip_prefix(FAILED_NOTE) {
+                        return Err(Opened::Failed(String::from_utf8_lossy(msg).into_owned()));
+                    }
+                }
+            }
+            return Err(not_yet(format!("has {size} bytes, expected {len}")));
         }
-        let m = Mapping::map(&fd, len).map_err(|e| e.to_string())?;
+        let m = Mapping::map(&fd, len).map_err(|e| not_yet(e.to_string()))?;
         if m.doorbell().magic.load(Ordering::Acquire) != MAGIC {
-            return Err("was never marked ready".into());
+            return Err(not_yet("was never marked ready".into()));
         }
         Ok(m)
     }
@@ -697,6 +842,34 @@ pub(crate) fn test_pair_with(run: &str, single_copy: [Option<usize>; 2]) -> (Shm
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(64 << 20), "64.0 MiB");
+        assert_eq!(human(3 << 29), "1.5 GiB");
+        assert_eq!(run_prefix("job 7"), "rl-job_7-");
+    }
+
+    #[test]
+    fn a_peer_that_could_not_allocate_is_an_error_at_once() {
+        let run = format!("note-{}", std::process::id());
+        let abort = AbortSignal::new().unwrap();
+        let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
+        // Rank 1's segment as its owner leaves it when allocating failed.
+        let name = segment_name(&run, 1, std::process::id());
+        let fd =
+            rustix::shm::open(name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, Mode::RUSR | Mode::WUSR)
+                .unwrap();
+        leave_note(&fd, "rank 1: no room");
+        let t = std::time::Instant::now();
+        let deadline = t + Duration::from_secs(10);
+        let e = a.open_peer(1, &name, deadline, &abort).unwrap_err().to_string();
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+        assert!(e.contains("rank 1 could not set up: rank 1: no room"), "{e}");
+        let _ = rustix::shm::unlink(name.as_str());
+        a.unlink();
+    }
 
     pub(crate) use super::test_pair as pair;
 

@@ -412,7 +412,8 @@ class ProcessGroup:
 
     def dump(self, path=None) -> str:
         """Writes this rank's flight-recorder dump (JSON) to ``path``, or to
-        ``$RINGLEADER_DUMP_DIR/ringleader-rank<R>.json``; returns the path written."""
+        ``$RINGLEADER_DUMP_DIR/<run>/ringleader-rank<R>.json`` (default folder
+        ``$TMPDIR/ringleader-dumps-$UID``); returns the path written."""
         out = _c_void_p()
         p = None if path is None else str(path).encode()
         _check(_L.rl_comm_dump(self._handle(), p, _byref(out)))
@@ -423,7 +424,11 @@ class ProcessGroup:
         _check(_L.rl_abort(self._handle(), reason.encode()))
 
     def destroy(self) -> None:
-        """Leaves the job cleanly (the other ranks read "left", not "died"). Idempotent."""
+        """Leaves the job cleanly (the other ranks read "left", not "died"). Idempotent.
+
+        Safe while another thread is inside a call on this group: that call
+        is aborted (it raises :class:`AbortedError`) and waited for (at most
+        the timeout plus 5 s) before anything is freed."""
         h, self._h = self._h, None
         if h is not None:
             with _live_lock:

@@ -59,9 +59,12 @@ ForeignRunError = _kind("foreign-run", "A peer or the store belongs to another r
 AuthFailedError = _kind("auth-failed", "A peer failed the shared-secret check (RINGLEADER_TOKEN).")
 AbortedError = _kind("aborted", "The communicator was aborted (by abort(), Ctrl-C, or an earlier failure).")
 InvalidArgumentError = _kind("invalid-argument", "The caller passed something unusable.", ValueError)
-InternalError = _kind("internal", "A bug in ringleader (a panic was caught at the C boundary).")
+InternalError = _kind(
+    "internal", "A bug in ringleader: a panic (in the engine, a transport, or at the C boundary), caught and named."
+)
 
-# C error code -> class (codes are ErrorKind::code: 1..=17 in docs/DESIGN.md §1 order; -1 internal).
+# C error code -> class (codes are ErrorKind::code: 1..=18 in docs/DESIGN.md §1 order; -1 is internal's
+# code in earlier builds).
 BY_CODE = {
     1: MissedCollectiveError,
     2: MismatchError,
@@ -80,6 +83,7 @@ BY_CODE = {
     15: AuthFailedError,
     16: AbortedError,
     17: InvalidArgumentError,
+    18: InternalError,
     -1: InternalError,
 }
 BY_KIND = {cls.kind: cls for cls in BY_CODE.values()}

@@ -35,6 +35,31 @@ def test_async_wait_raises_the_verdict():
     assert err and err["kind"] == "missed-collective" and err["ranks"] == [1], job.report()
 
 
+def test_a_panic_in_the_engine_is_an_internal_error_on_every_rank():
+    job = run("failures.py", args=["panic"], limit=60)
+    for p in job.procs:
+        err = error_of(p)
+        assert err, job.report()
+        assert err["cls"] == "InternalError" and err["kind"] == "internal", err
+        assert err["ranks"] == [1] and err["op"] == "all_reduce" and err["seq"] == 3, err
+        assert "injected fault" in err["message"], err
+        assert any(l == "WAITED ok internal internal" for _, l in p.lines), job.report()
+        assert any(l == "FREED" for _, l in p.lines), job.report()
+        assert p.code == 3, job.report()
+
+
+def test_destroy_while_another_thread_is_inside_all_reduce(tmp_path):
+    job = run("failures.py", args=["destroy_race"], limit=60, env={"TEST_MARK": str(tmp_path / "done")})
+    job.assert_ok()
+    line = next((l for _, l in job[1].lines if l.startswith("DESTROYED ")), None)
+    assert line, job.report()
+    d = json.loads(line[len("DESTROYED "):])
+    assert d["took"] < 10, d
+    assert not d["alive_after_destroy"], d  # destroy returned only once the call had ended
+    assert d["cls"] == "AbortedError" and "destroyed while an operation ran" in d["message"], d
+    assert any(l == "LATER AbortedError" for _, l in job[1].lines), job.report()
+
+
 def test_mismatched_shapes_fail_at_once():
     job = run("failures.py", args=["mismatch"], limit=60)
     errs = [error_of(p) for p in job.procs]

@@ -5,7 +5,7 @@
 //!   rank started;
 //! - with stdin from `/dev/null`: a rank outside the terminal's foreground
 //!   group that read the terminal would be stopped by SIGTTIN, a silent hang;
-//! - with no signal blocked (the launcher blocks SIGINT and SIGTERM);
+//! - with no signal blocked (the launcher blocks SIGINT, SIGTERM and SIGHUP);
 //! - with stdout and stderr piped to two [`output`](super::output) threads;
 //! - with SIGKILL as its parent-death signal, so that ranks do not outlive a
 //!   launcher that was itself killed. (It fires when the thread that spawned
@@ -76,7 +76,7 @@ pub(crate) fn spawn_rank(
     // rustix, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            // The launcher blocks SIGINT and SIGTERM; the rank must not.
+            // The launcher blocks SIGINT, SIGTERM and SIGHUP; the rank must not.
             crate::signals::clear_mask_in_child()?;
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The launcher may have died before the line above took effect.

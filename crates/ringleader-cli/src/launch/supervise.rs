@@ -13,9 +13,12 @@
 //!                                  Killing (5 s, then stop waiting)
 //! ```
 //!
-//! A second signal to the launcher (a second Ctrl-C) skips to SIGKILL. The
-//! loop ends when every rank has ended; after a teardown, every rank's
-//! process group gets a last SIGKILL so nothing a rank started outlives it.
+//! A second signal to the launcher (a second Ctrl-C) skips to SIGKILL.
+//! SIGHUP (the terminal or the ssh session that started the launcher went
+//! away) is ignored, with a line saying so: the job runs on. The loop ends
+//! when every rank has ended; then every rank's process group gets a last
+//! SIGKILL, so nothing a rank started (a grandchild in its group) outlives
+//! the job.
 //! The launcher's exit code is that of the first rank that failed on its own
 //! (128 + signal for a signal), else 128 + the signal the launcher got, else 0.
 
@@ -135,11 +138,11 @@ impl Supervisor {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        if self.phase != Phase::Running {
-            // Whatever the ranks started and left behind goes with them.
-            for r in &self.ranks {
-                let _ = kill_process_group(r.pid, Signal::KILL);
-            }
+        // Whatever the ranks started and left behind in their groups goes
+        // with them, however the job ended. (A rank that ended is a zombie
+        // until reaped below: its group id cannot have been reused.)
+        for r in &self.ranks {
+            let _ = kill_process_group(r.pid, Signal::KILL);
         }
         self.drain_output();
         self.reap();
@@ -196,6 +199,13 @@ impl Supervisor {
     }
 
     fn on_signal(&mut self, sig: i32) {
+        if sig == libc::SIGHUP {
+            eprintln!(
+                "ringleader launch: got SIGHUP (the terminal or ssh session closed?); ignoring it, the job goes on \
+                 (stop it with Ctrl-C, SIGINT or SIGTERM)"
+            );
+            return;
+        }
         self.signals_received += 1;
         let survivors = self.running();
         if self.first_failure.is_none() && self.launcher_signal.is_none() {
