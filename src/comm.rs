@@ -581,7 +581,7 @@ impl Communicator {
         }
         // Calls on other threads still use the caller's buffers and this
         // communicator: let them end (the abort ends them promptly).
-        let limit = sh.cfg.timeout + Duration::from_secs(5);
+        let limit = sh.cfg.timeout + crate::watchdog::BACKSTOP;
         if !sh.wait_calls_done(limit) {
             crate::log::warn(
                 &sh.cfg,
