@@ -134,16 +134,36 @@ pub(crate) fn client_options(cfg: &Config, connect_timeout: Duration) -> ClientO
 pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSignal) -> Result<Joined> {
     let start = Instant::now();
     let deadline = start + cfg.init_timeout;
-    let server = host_store_if_needed(cfg)?;
+    // Rank 0's port may be taken by the store of another process started as
+    // rank 0 of this very job: then joining that store as rank 0 names both
+    // processes (duplicate-rank, on every rank); anything else holding the
+    // port stays port-in-use.
+    let (server, port_taken) = match host_store_if_needed(cfg) {
+        Ok(s) => (s, None),
+        Err(e @ Error::PortInUse { .. }) => (None, Some(e)),
+        Err(e) => return Err(e),
+    };
     let store_addr = cfg.store_endpoint();
-    let member_opts = client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size);
+    let mut member_opts = client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size);
+    if port_taken.is_some() {
+        member_opts.connect_timeout = member_opts.connect_timeout.min(Duration::from_secs(2));
+    }
     let mut member = match StoreClient::connect(&store_addr, member_opts) {
         Ok(m) => m,
         Err(e) => {
             record_conflict(cfg, &store_addr, &e);
-            return Err(e);
+            return Err(match (e, port_taken) {
+                (e @ Error::DuplicateRank { .. }, _) => e,
+                (_, Some(taken)) => taken,
+                (e, None) => e,
+            });
         }
     };
+    if let Some(taken) = port_taken {
+        // A store of this run that had no rank 0 yet: not ours to join as rank 0.
+        drop(member);
+        return Err(taken);
+    }
     let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
