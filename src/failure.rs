@@ -80,8 +80,7 @@ impl Shared {
                 .as_ref()
                 .and_then(|p| p.parent())
                 .map_or(String::new(), |d| format!(", and `ringleader analyze {}`", d.display()));
-            let of_group = self.cfg.group.as_ref().map_or(String::new(), |g| format!(" of {g}"));
-            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}"), &of_group));
+            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}")));
         }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
