@@ -157,6 +157,7 @@ impl Communicator {
         if let Some(a) = &cfg.algo {
             ringleader_core::config::parse_algo(a)?;
         }
+        ringleader_core::config::check_run_id("RINGLEADER_RUN_ID", &cfg.run_id)?;
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         // One more link per pair than the collectives use: the last is the
         // lane for sends and receives.

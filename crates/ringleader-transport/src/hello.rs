@@ -10,8 +10,9 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 const MAGIC: u32 = 0x484c_4452; // "RDLH" read little endian
-/// Longest run id accepted on the wire.
-pub const MAX_RUN_ID: usize = 256;
+/// Longest run id accepted on the wire, in bytes (init refuses longer ones,
+/// see [`ringleader_core::config::check_run_id`]).
+pub const MAX_RUN_ID: usize = ringleader_core::config::MAX_RUN_ID;
 
 /// What the connector sends.
 ///
@@ -106,7 +107,7 @@ impl Hello {
             dst,
             stream,
             world,
-            run_id: run_id.chars().take(MAX_RUN_ID).collect(),
+            run_id: run_id.to_string(),
             mac: [0; 32],
         };
         h.mac = h.compute_mac(token);
@@ -160,7 +161,7 @@ impl Hello {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
         let run_len = u16_at(19) as usize;
-        if run_len > MAX_RUN_ID * 4 {
+        if run_len > MAX_RUN_ID {
             return Err(HelloError::TooLong(run_len));
         }
         if b.len() < FIXED + run_len {
