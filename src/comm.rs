@@ -584,7 +584,7 @@ impl Communicator {
         let deadline = Instant::now() + STORE_LINGER;
         let mut store = sh.store.lock();
         while Instant::now() < deadline {
-            match store.status(None, Duration::from_millis(200)) {
+            match store.status(None, Duration::from_millis(200)).map(|s| crate::failure::ours(s, sh.world)) {
                 Ok(s) if s.ranks.iter().filter(|r| r.rank != sh.rank).all(|r| r.liveness != Liveness::Connected) => {
                     break
                 }

@@ -55,26 +55,24 @@ pub const EXIT_PREFIX: &str = "rl/exit/";
 pub const DUMP_REQUEST: &str = "rl/dump_request";
 
 /// Keys of monitored barrier number `seq`: arrivals and rank 0's result.
-/// Rank 0 deletes them once every rank has read the result (see
-/// [`monitored_barrier_done`]).
+/// Once every rank arrived at a later monitored barrier (and so has read
+/// this one's result), rank 0 deletes them.
 pub fn monitored_barrier(seq: u64, what: &str) -> String {
-    format!("rl/mb/{seq}/{what}")
+    format!("{MONITORED_BARRIER_PREFIX}{seq}/{what}")
 }
 
-/// Prefix of every key of monitored barrier number `seq`.
+/// Prefix of every monitored barrier's keys.
+pub const MONITORED_BARRIER_PREFIX: &str = "rl/mb/";
+
+/// The barrier number a monitored barrier's key belongs to.
 ///
 /// ```
-/// let k = ringleader_store::keys::monitored_barrier(7, "result");
-/// assert!(k.starts_with(&ringleader_store::keys::monitored_barrier_prefix(7)));
+/// use ringleader_store::keys;
+/// assert_eq!(keys::monitored_barrier_seq(&keys::monitored_barrier(7, "arrived/2")), Some(7));
+/// assert_eq!(keys::monitored_barrier_seq("rl/verdict"), None);
 /// ```
-pub fn monitored_barrier_prefix(seq: u64) -> String {
-    format!("rl/mb/{seq}/")
-}
-
-/// A rank other than 0 read the result of monitored barrier `seq`: rank 0
-/// counts these and deletes the barrier's keys when every rank has.
-pub fn monitored_barrier_done(seq: u64) -> String {
-    monitored_barrier(seq, "done")
+pub fn monitored_barrier_seq(key: &str) -> Option<u64> {
+    key.strip_prefix(MONITORED_BARRIER_PREFIX)?.split('/').next()?.parse().ok()
 }
 
 /// A rank's outcome of the data-plane preflight at init (JSON: the pairs it
