@@ -238,4 +238,32 @@ mod tests {
             let _ = Hello::decode(&framed);
         }
     }
+
+    /// Regenerates the fuzz target's seeds: `cargo test -p ringleader-transport write_hello_seeds -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_hello_seeds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hello");
+        std::fs::create_dir_all(&dir).unwrap();
+        let hellos = [
+            Hello::new("run-1", 1, 0, 0, 2, None),
+            Hello::new("a-longer-run-id-with-ünïcode", 7, 3, 15, 8, Some("secret")),
+            Hello::new(&"r".repeat(MAX_RUN_ID), 0, 1, 1, 2, Some("t")),
+        ];
+        for (i, h) in hellos.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i:02}")), h.encode()).unwrap();
+        }
+    }
+
+    /// The committed seeds decode: the fuzzer starts from valid hellos.
+    #[test]
+    fn the_seed_corpus_decodes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hello");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        for entry in entries {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            let (h, used) = Hello::decode(&data).unwrap().unwrap();
+            assert_eq!((h.encode(), used), (data.clone(), data.len()));
+        }
+    }
 }
