@@ -47,8 +47,9 @@
 //! the frame limit or what may be queued for a connection), parked waits
 //! are capped per connection, connections that have not said hello have
 //! their own small cap (one more closes the oldest) and a few seconds to
-//! say it, and connections besides the ranks' own are admitted in
-//! proportion to the world sizes. See [`Limits`].
+//! say it, a rank has a few helper connections at most, and connections
+//! besides the ranks' own are admitted in proportion to the world sizes and
+//! closed after a long silence. See [`Limits`].
 //!
 //! **Without a token** the store cannot tell a stranger from a rank: anyone
 //! who reaches its port can read every key and the status (and so learn the

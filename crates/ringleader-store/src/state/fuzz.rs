@@ -34,10 +34,12 @@ pub(crate) fn limits() -> Limits {
         input_bytes: 1 << 20,
         pending: 3,
         hello_timeout: Duration::from_millis(500),
+        helpers_per_rank: 1,
         conns_per_rank: 1,
         conns_margin: 1,
         conns_floor: 4,
         conns_max: 8,
+        idle_timeout: Duration::from_secs(3),
         runs: 3,
         run_linger: Duration::from_secs(2),
     }

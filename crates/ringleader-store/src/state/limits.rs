@@ -49,9 +49,13 @@ pub struct Limits {
     pub pending: usize,
     /// How long a new connection has to send its hello. Default 5 s.
     pub hello_timeout: Duration,
-    /// Connections other than members (helpers, launchers, tools) admitted
-    /// at once: this many per rank of the world sizes the runs' members
-    /// declared (the largest per run, summed over runs), ... Default 3.
+    /// Helper connections one rank may have (an aux connection with the
+    /// member's rank, host and pid). Default 3.
+    pub helpers_per_rank: usize,
+    /// Connections other than the ranks' own (launchers, tools, other
+    /// helpers) admitted at once: this many per rank of the world sizes the
+    /// runs' members declared (the largest per run, summed over runs), ...
+    /// Default 3.
     pub conns_per_rank: usize,
     /// ... plus this many (tools, launchers). Default 64.
     pub conns_margin: usize,
@@ -59,6 +63,10 @@ pub struct Limits {
     pub conns_floor: usize,
     /// ... nor more than this. Default 16,384.
     pub conns_max: usize,
+    /// How long a connection other than the ranks' own may stay silent
+    /// (no request, no parked wait) before the store closes it. Default 10
+    /// minutes; the launcher reconnects when it has something to record.
+    pub idle_timeout: Duration,
     /// Runs a store of any run (the standalone `ringleader store`) serves
     /// at once. Default 64.
     pub runs: usize,
@@ -80,10 +88,12 @@ impl Default for Limits {
             input_bytes: 512 << 20,
             pending: 128,
             hello_timeout: Duration::from_secs(5),
+            helpers_per_rank: 3,
             conns_per_rank: 3,
             conns_margin: 64,
             conns_floor: 256,
             conns_max: 16384,
+            idle_timeout: Duration::from_secs(600),
             runs: 64,
             run_linger: Duration::from_secs(600),
         }

@@ -19,8 +19,10 @@
 //! 5. a member's rank is not taken in that run (`duplicate-rank`, naming
 //!    both processes); ranks never come back, because a job whose rank
 //!    restarted mid-run has lost that rank's state;
-//! 6. room: connections other than members are admitted up to a number that
-//!    follows the runs' world sizes (`busy` beyond it; clients retry).
+//! 6. room: a rank has at most a few helper connections, and connections
+//!    other than the ranks' own are admitted up to a number that follows
+//!    the runs' world sizes (`busy` beyond either; clients retry). Those
+//!    others are closed after a long silence.
 //!
 //! A member connection then stands for its rank's life: `Leave` marks the
 //! rank [`Liveness::Left`], a close without it [`Liveness::Vanished`].
@@ -71,6 +73,9 @@ pub(super) struct Session {
     pub(super) queued: u64,
     /// Keys it created that still exist.
     pub(super) keys: u64,
+    /// When it will be closed for silence, unless it is a rank's own (see
+    /// [`Limits::idle_timeout`](super::Limits)).
+    pub(super) idle_at: Option<Instant>,
 }
 
 /// What an admitted connection may do, decided from its hello.
@@ -229,7 +234,15 @@ impl ServerState {
             (Role::Tool, _) => Access::Tool,
             _ => Access::Aux,
         };
-        if !matches!(access, Access::Member(_)) {
+        if let (Access::RankAux(rank), Some(run)) = (access, existing) {
+            let helpers = run.helpers.get(&rank).copied().unwrap_or(0);
+            if helpers >= self.limits.helpers_per_rank {
+                return Err(WireError::Busy {
+                    detail: format!("rank {rank} has {helpers} helper connections open, the limit per rank"),
+                });
+            }
+        }
+        if matches!(access, Access::Aux | Access::Tool) {
             let limit = self.conn_limit();
             if self.others >= limit {
                 return Err(WireError::Busy {
@@ -340,15 +353,20 @@ impl ServerState {
         }
         let member_of = match a.access {
             Access::Member(rank) => Some(rank),
-            _ => {
-                self.others += 1;
-                None
-            }
+            _ => None,
         };
         let Some(run) = self.runs.get_mut(&a.run) else { return };
         run.conns += 1;
         run.idle_since = None;
-        let session = Session { run: a.run.clone(), access: a.access, member_of, queued: 0, keys: 0 };
+        if let Access::RankAux(rank) = a.access {
+            *run.helpers.entry(rank).or_default() += 1;
+        }
+        let idle_at = matches!(a.access, Access::Aux | Access::Tool).then(|| now + self.limits.idle_timeout);
+        if let Some(at) = idle_at {
+            self.others += 1;
+            self.idle.insert((at, conn));
+        }
+        let session = Session { run: a.run.clone(), access: a.access, member_of, queued: 0, keys: 0, idle_at };
         self.conns.insert(conn, Conn::Ready(session));
         let Some(rank) = member_of else {
             return;
@@ -383,12 +401,21 @@ impl ServerState {
             return out;
         };
         self.queued -= session.queued.min(self.queued);
-        if !matches!(session.access, Access::Member(_)) {
+        if let Some(at) = session.idle_at {
             self.others = self.others.saturating_sub(1);
+            self.idle.remove(&(at, conn));
         }
         let Some(mut cx) = self.cx(&session.run, now) else {
             return out;
         };
+        if let Access::RankAux(rank) = session.access {
+            if let Some(n) = cx.run.helpers.get_mut(&rank) {
+                *n -= 1;
+                if *n == 0 {
+                    cx.run.helpers.remove(&rank);
+                }
+            }
+        }
         for w in cx.run.waiters.remove_conn(conn) {
             cx.release(w.cost);
         }
@@ -400,6 +427,46 @@ impl ServerState {
             cx.change(rank, Liveness::Vanished, &mut out);
         }
         out
+    }
+
+    /// A request of `conn` arrived: it is not silent.
+    pub(super) fn touch(&mut self, conn: ConnId, now: Instant) {
+        let Some(Conn::Ready(s)) = self.conns.get_mut(&conn) else { return };
+        let Some(at) = s.idle_at else { return };
+        let next = now + self.limits.idle_timeout;
+        if next != at {
+            self.idle.remove(&(at, conn));
+            self.idle.insert((next, conn));
+            s.idle_at = Some(next);
+        }
+    }
+
+    /// Closes the connections (other than the ranks' own) silent for too
+    /// long; one with a parked wait is not silent.
+    pub(super) fn expire_idle(&mut self, now: Instant, out: &mut Outbox) {
+        while let Some(&(at, conn)) = self.idle.first() {
+            if at > now {
+                break;
+            }
+            let waiting = match self.conns.get(&conn) {
+                Some(Conn::Ready(s)) => self.runs.get(&s.run).is_some_and(|r| r.waiters.count_for(conn) > 0),
+                _ => false,
+            };
+            if waiting {
+                self.touch(conn, now);
+                continue;
+            }
+            let secs = self.limits.idle_timeout.as_secs_f64();
+            tracing::debug!(conn = conn.0, "store closed a connection silent for too long");
+            out.push((
+                conn,
+                ServerMsg::Reject(WireError::Protocol {
+                    detail: format!("silent for {secs:.0} s: closed (connect again when needed)"),
+                }),
+            ));
+            let mut rest = self.connection_closed(conn, now);
+            out.append(&mut rest);
+        }
     }
 
     /// Closes the pending connections whose hello is overdue.

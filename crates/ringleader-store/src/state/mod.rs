@@ -35,7 +35,7 @@ use crate::codec::{Response, ServerMsg, WireError};
 use membership::Conn;
 use ops::Cx;
 use run::Run;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 /// Identifies one connection for the lifetime of the server.
@@ -67,8 +67,10 @@ pub(crate) struct ServerState {
     used: u64,
     /// Bytes of answers queued over every connection.
     queued: u64,
-    /// Admitted connections other than members.
+    /// Admitted connections other than the ranks' own (members, helpers).
     others: usize,
+    /// When each of those is closed for silence.
+    idle: BTreeSet<(Instant, ConnId)>,
 }
 
 impl ServerState {
@@ -87,6 +89,7 @@ impl ServerState {
             used: 0,
             queued: 0,
             others: 0,
+            idle: BTreeSet::new(),
         }
     }
 
@@ -97,6 +100,7 @@ impl ServerState {
             return Outbox::new();
         };
         let (run, access) = (session.run.clone(), session.access);
+        self.touch(conn, now);
         let Some(mut cx) = self.cx(&run, now) else {
             return Outbox::new();
         };
@@ -134,7 +138,8 @@ impl ServerState {
             Some(_) => None,
             None => self.runs.values().filter_map(|r| r.idle_since.and_then(|t| t.checked_add(linger))).min(),
         };
-        waits.chain(hello).chain(idle).min()
+        let silent = self.idle.first().map(|(at, _)| *at);
+        waits.chain(hello).chain(idle).chain(silent).min()
     }
 
     /// Answers every wait whose deadline passed (key waits with the keys
@@ -143,6 +148,7 @@ impl ServerState {
     pub(crate) fn handle_timeout(&mut self, now: Instant) -> Outbox {
         let mut out = Outbox::new();
         self.expire_pending(now, &mut out);
+        self.expire_idle(now, &mut out);
         let ids: Vec<String> = self.runs.keys().cloned().collect();
         for id in ids {
             if let Some(mut cx) = self.cx(&id, now) {
@@ -184,6 +190,12 @@ impl ServerState {
         self.runs.get(run).map(|r| r.status(now)).unwrap_or_default()
     }
 
+    /// The earliest deadline of a parked wait, over every run.
+    #[cfg(test)]
+    pub(crate) fn next_wait(&self) -> Option<Instant> {
+        self.runs.values().filter_map(|r| r.waiters.next_deadline()).min()
+    }
+
     /// Number of parked waits over every run.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
@@ -223,6 +235,17 @@ impl ServerState {
             if conns != run.conns {
                 return Err(format!("run {id:?} counts {} connections, {conns} are open", run.conns));
             }
+            let mut helpers: BTreeMap<u32, usize> = BTreeMap::new();
+            for c in self.conns.values() {
+                if let Conn::Ready(membership::Session { run: r, access: membership::Access::RankAux(rank), .. }) = c {
+                    if r == id {
+                        *helpers.entry(*rank).or_default() += 1;
+                    }
+                }
+            }
+            if helpers != run.helpers || helpers.values().any(|n| *n > self.limits.helpers_per_rank) {
+                return Err(format!("run {id:?} counts helpers {:?}, {helpers:?} are open", run.helpers));
+            }
             for w in run.waiters.iter() {
                 if !matches!(self.conns.get(&w.conn), Some(Conn::Ready(s)) if s.run == *id) {
                     return Err(format!("a wait of run {id:?} belongs to a connection that is gone"));
@@ -243,7 +266,12 @@ impl ServerState {
         for (conn, c) in &self.conns {
             let Conn::Ready(s) = c else { continue };
             queued += s.queued;
-            others += usize::from(!matches!(s.access, membership::Access::Member(_)));
+            if let Some(at) = s.idle_at {
+                others += 1;
+                if !self.idle.contains(&(at, *conn)) {
+                    return Err("a silent-connection deadline is not indexed".into());
+                }
+            }
             let holds = held.get(conn).copied().unwrap_or(0);
             if s.keys != holds || s.keys > self.limits.conn_keys {
                 return Err(format!(
@@ -257,6 +285,9 @@ impl ServerState {
                 "queued {} / {queued} and others {} / {others} disagree with the connections",
                 self.queued, self.others
             ));
+        }
+        if self.idle.len() != self.others {
+            return Err(format!("{} silent-connection deadlines for {} connections", self.idle.len(), self.others));
         }
         if self.pending.len() > self.limits.pending.max(1) {
             return Err(format!("{} connections pending, over the limit", self.pending.len()));

@@ -102,6 +102,8 @@ pub(super) struct Run {
     pub(super) world: u32,
     /// Connections admitted to this run and open now.
     pub(super) conns: usize,
+    /// Helper connections open now, per rank.
+    pub(super) helpers: BTreeMap<u32, usize>,
     /// Since when it has had no connection (`None` while it has some).
     pub(super) idle_since: Option<Instant>,
 }

@@ -124,7 +124,7 @@ fn set_then_get_answers_at_once() {
     let c = h.aux();
     assert_eq!(h.ask(c, set("k", b"v"), 0), Response::Ok);
     assert_eq!(h.ask(c, get("k", 100), 0), Response::Value(b"v".to_vec()));
-    assert_eq!(h.state.poll_timeout(), None);
+    assert_eq!(h.state.next_wait(), None);
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn a_get_waits_until_another_connection_sets_the_key() {
     assert_eq!(answer(&out[..1], setter, 1), Response::Ok);
     assert_eq!(answer(&out[1..], waiter, 7), Response::Value(b"v".to_vec()));
     assert_eq!(h.state.waiting(), 0);
-    assert_eq!(h.state.poll_timeout(), None);
+    assert_eq!(h.state.next_wait(), None);
 }
 
 #[test]
@@ -147,11 +147,11 @@ fn a_wait_expires_on_the_synthetic_clock() {
     let req = Request::Wait { keys: strings(&["a", "b"]), timeout: Duration::from_millis(100) };
     assert!(h.send(c, 3, req, 0).is_empty());
     h.ask(c, set("a", b""), 20);
-    assert_eq!(h.state.poll_timeout(), Some(h.at(100)));
+    assert_eq!(h.state.next_wait(), Some(h.at(100)));
     assert!(h.state.handle_timeout(h.at(99)).is_empty());
     let out = h.state.handle_timeout(h.at(100));
     assert_eq!(answer(&out, c, 3), Response::Timeout { missing: strings(&["b"]) });
-    assert_eq!((h.state.waiting(), h.state.poll_timeout()), (0, None));
+    assert_eq!((h.state.waiting(), h.state.next_wait()), (0, None));
 }
 
 #[test]
@@ -259,7 +259,7 @@ fn a_closed_connection_takes_its_waits_along() {
     let c = h.aux();
     h.send(c, 1, get("k", 1000), 0);
     assert!(h.state.connection_closed(c, h.at(1)).is_empty());
-    assert_eq!((h.state.waiting(), h.state.poll_timeout()), (0, None));
+    assert_eq!((h.state.waiting(), h.state.next_wait()), (0, None));
     assert!(h.send(c, 2, Request::NumKeys, 2).is_empty(), "a closed connection is not answered");
 }
 
@@ -766,4 +766,46 @@ proptest::proptest! {
     fn random_request_sequences_keep_the_books_balanced(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
         super::fuzz::run(&data);
     }
+}
+
+#[test]
+fn a_rank_has_a_few_helpers_and_they_do_not_count_against_the_others() {
+    let mut h = small(|l| {
+        l.helpers_per_rank = 2;
+        l.conns_floor = 1;
+        l.conns_per_rank = 0;
+        l.conns_margin = 0;
+    });
+    h.member(0, 100, 0);
+    for _ in 0..2 {
+        let (_, reply, _) = h.open(hello(Role::Aux, Some(0), 100), None, 0);
+        assert!(matches!(reply, ServerMsg::Welcome(_)), "{reply:?}");
+    }
+    let (_, reply, _) = h.open(hello(Role::Aux, Some(0), 100), None, 0);
+    assert!(matches!(&reply, ServerMsg::Reject(WireError::Busy { detail }) if detail.contains("rank 0 has 2 helper")));
+    h.aux();
+    let (_, reply, _) = h.open(hello(Role::Tool, None, 1), None, 0);
+    assert!(matches!(reply, ServerMsg::Reject(WireError::Busy { .. })), "one other connection: {reply:?}");
+    h.state.check_invariants().unwrap();
+}
+
+#[test]
+fn connections_other_than_the_ranks_are_closed_after_a_long_silence() {
+    let mut h = small(|l| l.idle_timeout = Duration::from_secs(60));
+    let rank = h.member(0, 1, 0);
+    let (helper, _, _) = h.open(hello(Role::Aux, Some(0), 1), None, 0);
+    let (quiet, talkative, waiting) = (h.aux(), h.aux(), h.aux());
+    assert!(h.send(waiting, 1, get("never", 3_600_000), 0).is_empty());
+    h.ask(talkative, Request::NumKeys, 30_000);
+    assert_eq!(h.state.poll_timeout(), Some(h.at(60_000)));
+    let out = h.state.handle_timeout(h.at(60_000));
+    let closed: Vec<ConnId> = out.iter().map(|(c, _)| *c).collect();
+    assert_eq!(closed, [quiet], "{out:?}");
+    assert!(matches!(&out[0].1, ServerMsg::Reject(WireError::Protocol { detail }) if detail.contains("silent")));
+    let out = h.state.handle_timeout(h.at(90_000));
+    assert_eq!(out.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [talkative]);
+    for c in [rank, helper, waiting] {
+        assert!(!h.send(c, 9, Request::NumKeys, 100_000).is_empty(), "{c:?} is still open");
+    }
+    h.state.check_invariants().unwrap();
 }
