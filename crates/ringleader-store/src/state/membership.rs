@@ -38,7 +38,7 @@ use crate::job::{Liveness, Role};
 use crate::keys;
 use ringleader_core::config::MAX_RUN_ID;
 use ringleader_core::VERSION;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Largest heartbeat payload: every status answer carries one per rank.
 pub(crate) const MAX_HEARTBEAT: usize = 16 << 10;
@@ -176,7 +176,7 @@ impl ServerState {
             out.push((oldest, ServerMsg::Reject(WireError::Busy { detail })));
         }
         self.conns.insert(conn, Conn::Greeted { nonce });
-        self.pending.insert(conn, now + self.limits.hello_timeout);
+        self.pending.insert(conn, later(now, self.limits.hello_timeout));
         let challenge =
             Challenge { magic: MAGIC, protocol_version: PROTOCOL_VERSION, library_version: VERSION.to_string(), nonce };
         out.push((conn, ServerMsg::Challenge(challenge)));
@@ -361,7 +361,7 @@ impl ServerState {
         if let Access::RankAux(rank) = a.access {
             *run.helpers.entry(rank).or_default() += 1;
         }
-        let idle_at = matches!(a.access, Access::Aux | Access::Tool).then(|| now + self.limits.idle_timeout);
+        let idle_at = matches!(a.access, Access::Aux | Access::Tool).then(|| later(now, self.limits.idle_timeout));
         if let Some(at) = idle_at {
             self.others += 1;
             self.idle.insert((at, conn));
@@ -433,7 +433,7 @@ impl ServerState {
     pub(super) fn touch(&mut self, conn: ConnId, now: Instant) {
         let Some(Conn::Ready(s)) = self.conns.get_mut(&conn) else { return };
         let Some(at) = s.idle_at else { return };
-        let next = now + self.limits.idle_timeout;
+        let next = later(now, self.limits.idle_timeout);
         if next != at {
             self.idle.remove(&(at, conn));
             self.idle.insert((next, conn));
@@ -527,6 +527,11 @@ fn check_fields(hello: &Hello) -> Result<(), WireError> {
         }
         _ => Ok(()),
     }
+}
+
+/// `d` after `now`, or as late as the clock goes (a limit set beyond it).
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).or_else(|| now.checked_add(Duration::from_secs(1 << 32))).unwrap_or(now)
 }
 
 fn invalid_arg(what: &str, detail: String) -> WireError {
