@@ -171,6 +171,7 @@ impl Monitor {
         match store.status(self.generation, TICK) {
             Ok(status) => {
                 self.generation = Some(status.generation);
+                let status = crate::failure::ours(status, self.shared.world);
                 self.news(&status);
                 self.last_status = Some(status);
             }

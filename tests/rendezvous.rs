@@ -120,6 +120,20 @@ fn disagreeing_world_sizes_are_named_per_rank() {
 }
 
 #[test]
+fn a_run_id_over_the_limit_fails_at_init_naming_the_variable() {
+    // Before, ranks cut long run ids at 256 characters in the data-plane
+    // handshake and refused each other as foreign; now init says why.
+    let long = "r".repeat(300);
+    let spec = JobSpec::new(2, "join").env("RINGLEADER_RUN_ID", &long).limit(30);
+    for o in &run(spec) {
+        let e = err_of(o);
+        assert_eq!(e.kind, "invalid-argument", "{}", e.message);
+        assert!(e.message.contains("RINGLEADER_RUN_ID") && e.message.contains("256 bytes"), "{}", e.message);
+        assert!(e.elapsed_ms < 2000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+#[test]
 fn two_processes_claiming_one_rank_is_duplicate_rank() {
     let spec = JobSpec::new(3, "join")
         .env("RINGLEADER_INIT_TIMEOUT", "3")
