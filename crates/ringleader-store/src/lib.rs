@@ -106,7 +106,7 @@ mod state;
 
 pub use client::{ClientOptions, StoreClient};
 pub use job::{JobStatus, Liveness, RankStatus, Role};
-pub use server::{port_holder, ServerOptions, StoreServer};
+pub use server::{port_holder, ServerOptions, StoreServer, Traffic};
 pub use state::Limits;
 
 /// Entry points for fuzz targets only; not part of the supported API
