@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release -p ringleader-store --example store_load -- --ranks 4096 [--liveness poll|changes]
-//!     [--verdict each|once] [--steady 10] [--snapshot-bytes 4096] [--frozen 1]
+//!     [--verdict each|once] [--rendezvous main|counter] [--poll-ms 100] [--steady 10]
+//!     [--snapshot-bytes 4096] [--frozen 1]
 //! ```
 //!
 //! The store runs in a child process (this program with `serve`), so its
@@ -11,12 +12,15 @@
 //! ends do not share one process's limit. The parent runs one thread per
 //! simulated rank, each with its own member connection:
 //!
-//! 1. **Rendezvous** as `src/rendezvous.rs` does it: register, wait for
-//!    every registration (re-reading them all while waiting), read them all.
+//! 1. **Rendezvous** as `src/rendezvous.rs` does it (`main`): register,
+//!    wait for every registration (re-reading them all while waiting), read
+//!    them all; or (`counter`) register, count in, wait for the last one's
+//!    go, which costs the store O(N) and lets the later phases be measured
+//!    at sizes where main's rendezvous does not complete.
 //! 2. **Steady state**: the monitor's traffic (a heartbeat and a look at
-//!    the dump-request key twice a second; status long-polls of 100 ms in
-//!    `poll` mode, as main's monitor does, or change long-polls in
-//!    `changes` mode). `--frozen` ranks stop sending anything (a stopped
+//!    the dump-request key twice a second; status long-polls of `--poll-ms`
+//!    in `poll` mode, as main's monitor does, or change long-polls
+//!    (`StoreClient::changes`) of `--poll-ms` in `changes` mode). `--frozen` ranks stop sending anything (a stopped
 //!    process) while their sockets stay open.
 //! 3. **Death**: one rank's connection is closed without a goodbye (its
 //!    thread's wait is aborted and its client dropped). Every other rank
@@ -68,9 +72,19 @@ enum VerdictMode {
     Once,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RendezvousMode {
+    /// What src/rendezvous.rs does: every rank reads every registration.
+    Main,
+    /// A counter and a go key.
+    Counter,
+}
+
 #[derive(Debug, Clone)]
 struct Opts {
     ranks: usize,
+    rendezvous: RendezvousMode,
+    poll: Duration,
     liveness: LivenessMode,
     verdict: VerdictMode,
     steady: Duration,
@@ -81,6 +95,8 @@ struct Opts {
 fn parse() -> Opts {
     let mut o = Opts {
         ranks: 1024,
+        rendezvous: RendezvousMode::Main,
+        poll: TICK,
         liveness: LivenessMode::Poll,
         verdict: VerdictMode::Each,
         steady: Duration::from_secs(10),
@@ -97,6 +113,14 @@ fn parse() -> Opts {
             "--steady" => o.steady = Duration::from_secs(num() as u64),
             "--snapshot-bytes" => o.snapshot_bytes = num(),
             "--frozen" => o.frozen = num(),
+            "--poll-ms" => o.poll = Duration::from_millis(num() as u64),
+            "--rendezvous" => {
+                o.rendezvous = match v {
+                    "main" => RendezvousMode::Main,
+                    "counter" => RendezvousMode::Counter,
+                    _ => panic!("--rendezvous main|counter"),
+                }
+            }
             "--liveness" => {
                 o.liveness = match v {
                     "poll" => LivenessMode::Poll,
@@ -139,7 +163,8 @@ fn serve() {
         println!("traffic {} {} {} {}", t.bytes_in, t.bytes_out, t.requests, t.writes);
         line.clear();
     }
-    server.shutdown();
+    // The driver is gone: no need to close thousands of connections politely.
+    std::process::exit(0);
 }
 
 /// The store child and how to read its costs.
@@ -262,8 +287,14 @@ fn drive(opts: &Opts) {
         frozen: (0..n).map(|_| AtomicBool::new(false)).collect(),
     });
     println!(
-        "store_load: {n} ranks, liveness {:?}, verdict {:?}, snapshots of {} bytes, {} frozen, victim rank {victim}",
-        opts.liveness, opts.verdict, opts.snapshot_bytes, opts.frozen
+        "store_load: {n} ranks, rendezvous {:?}, liveness {:?} every {} ms, verdict {:?}, snapshots of {} bytes, {} \
+         frozen, victim rank {victim}",
+        opts.rendezvous,
+        opts.liveness,
+        opts.poll.as_millis(),
+        opts.verdict,
+        opts.snapshot_bytes,
+        opts.frozen
     );
     let threads: Vec<_> = (0..n)
         .map(|r| {
@@ -444,12 +475,16 @@ fn rank(sh: &Shared, r: usize) {
             Err(e) => return sh.error(r, "connect", &e),
         }
     };
-    if let Err(e) = rendezvous(&mut store, r, n) {
+    let joined = match sh.opts.rendezvous {
+        RendezvousMode::Main => rendezvous(&mut store, r, n),
+        RendezvousMode::Counter => rendezvous_counter(&mut store, r, n),
+    };
+    if let Err(e) = joined {
         return sh.error(r, "rendezvous", &e);
     }
     let _ = store.heartbeat(&beat(0));
     sh.joined[r].store(sh.now_us(), Ordering::Release);
-    let mut monitor = Monitor { generation: None, last_beat: Instant::now(), seq: 1, failed: false };
+    let mut monitor = Monitor { generation: None, view: None, last_beat: Instant::now(), seq: 1, failed: false };
     loop {
         if sh.stop.load(Ordering::Acquire) {
             let _ = store.leave();
@@ -506,6 +541,16 @@ fn rendezvous(store: &mut StoreClient, r: usize, n: usize) -> Result<(), Error> 
     Ok(())
 }
 
+/// Register, count in, wait for the last one's go: O(N) for the store.
+fn rendezvous_counter(store: &mut StoreClient, r: usize, n: usize) -> Result<(), Error> {
+    store.set(&keys::rank(r), &vec![b'r'; REGISTRATION_BYTES])?;
+    if store.add("sim/joined", 1)? == n as i64 {
+        store.set("sim/go", b"1")?;
+    }
+    store.get("sim/go", Duration::from_secs(600))?;
+    Ok(())
+}
+
 fn beat(seq: u64) -> Vec<u8> {
     let mut b = format!("{{\"last_started\":{seq},\"last_completed\":{},\"running\":null}}", seq.saturating_sub(1))
         .into_bytes();
@@ -516,6 +561,8 @@ fn beat(seq: u64) -> Vec<u8> {
 /// A rank's monitor, as far as the store sees it.
 struct Monitor {
     generation: Option<u64>,
+    /// The job as the changes built it (`changes` mode).
+    view: Option<ringleader_store::JobStatus>,
     last_beat: Instant,
     seq: u64,
     failed: bool,
@@ -531,13 +578,27 @@ impl Monitor {
         }
         let died = match sh.opts.liveness {
             LivenessMode::Poll => {
-                let status = store.status(self.generation, TICK)?;
+                let status = store.status(self.generation, sh.opts.poll)?;
                 self.generation = Some(status.generation);
                 // Read after the answer: the death may be what woke it.
                 let victim = sh.victim.load(Ordering::Acquire);
                 victim != NOBODY && status.ranks.iter().any(|x| x.rank == victim && x.liveness == Liveness::Vanished)
             }
-            LivenessMode::Changes => unimplemented!("the store does not push changes yet"),
+            LivenessMode::Changes => {
+                let view = self.view.get_or_insert_with(ringleader_store::JobStatus::default);
+                let mut wait = if view.generation == 0 { Duration::ZERO } else { sh.opts.poll };
+                loop {
+                    let changes = store.changes(view.generation, wait)?;
+                    wait = Duration::ZERO;
+                    let more = changes.more;
+                    view.apply(changes);
+                    if !more {
+                        break;
+                    }
+                }
+                let victim = sh.victim.load(Ordering::Acquire);
+                victim != NOBODY && view.rank(victim).is_some_and(|x| x.liveness == Liveness::Vanished)
+            }
         };
         if died && sh.knows[r].load(Ordering::Relaxed) == 0 {
             sh.knows[r].store(sh.now_us(), Ordering::Release);
@@ -546,7 +607,7 @@ impl Monitor {
             self.failed = true;
             match sh.opts.verdict {
                 VerdictMode::Each => agree_each(sh, r, store)?,
-                VerdictMode::Once => unimplemented!("one verdict is not computed once yet"),
+                VerdictMode::Once => agree_once(sh, r, store)?,
             }
         }
         Ok(())
@@ -595,6 +656,57 @@ fn agree_each(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Erro
         Err(e @ Error::Aborted { .. }) => return Err(e),
         Err(e) => {
             // The runtime decides alone when the store cannot agree.
+            sh.error(r, "agreement", &e);
+            sh.alone.fetch_add(1, Ordering::Relaxed);
+            sh.verdict[r].store(sh.now_us(), Ordering::Release);
+        }
+    }
+    Ok(())
+}
+
+/// One verdict, computed once (src/agreement.rs): every rank publishes a
+/// compact snapshot and offers the abort record; the one whose offer set
+/// it reads the live ranks' snapshots in chunks, waiting (bounded) for
+/// those not there yet, and publishes the verdict; the others wait for it.
+fn agree_once(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Error> {
+    const CHUNK: usize = 512;
+    let outcome = (|| -> Result<(), Error> {
+        let decides = store.abort_job(format!("{{\"rank\":{r},\"observation\":\"peer-lost\"}}").as_bytes())?;
+        store.set(&keys::snapshot(r), &vec![b's'; sh.opts.snapshot_bytes])?;
+        if decides {
+            // Fresh heartbeat ages, once: a stopped rank writes no snapshot.
+            let status = store.status(None, Duration::ZERO)?;
+            let live: Vec<String> = status
+                .ranks
+                .iter()
+                .filter(|x| x.liveness == Liveness::Connected && x.heartbeat_age.is_some_and(|a| a < STALE))
+                .map(|x| keys::snapshot(x.rank))
+                .collect();
+            let deadline = Instant::now() + GATHER;
+            for chunk in live.chunks(CHUNK) {
+                let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let present: Vec<&str> = match store.wait(&refs, left) {
+                    Ok(()) => refs,
+                    Err(Error::StoreTimeout { keys, .. }) => {
+                        refs.into_iter().filter(|k| !keys.iter().any(|m| m == k)).collect()
+                    }
+                    Err(e) => return Err(e),
+                };
+                if !present.is_empty() {
+                    store.multi_get(&present, Duration::ZERO)?;
+                }
+            }
+            store.compare_set(keys::VERDICT, None, &vec![b'v'; 1024])?;
+        } else {
+            store.get(keys::VERDICT, Duration::from_secs(30))?;
+        }
+        Ok(())
+    })();
+    match outcome {
+        Ok(()) => sh.verdict[r].store(sh.now_us(), Ordering::Release),
+        Err(e @ Error::Aborted { .. }) => return Err(e),
+        Err(e) => {
             sh.error(r, "agreement", &e);
             sh.alone.fetch_add(1, Ordering::Relaxed);
             sh.verdict[r].store(sh.now_us(), Ordering::Release);
