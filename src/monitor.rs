@@ -7,7 +7,11 @@
 //! - sends a heartbeat carrying this rank's progress (twice a second);
 //! - waits briefly on the store for news: another rank's abort, or a rank
 //!   that left or vanished while this rank waits for it, which aborts the
-//!   running collective at once instead of at the timeout;
+//!   running collective at once instead of at the timeout. The store sends
+//!   only what changed since the last answer ([`StoreClient::changes`]:
+//!   departures and the abort), so a quiet job costs the store a few small
+//!   answers per rank and second, and an event one short answer per rank,
+//!   whatever the world size;
 //! - checks the running operation against the stall warning and the hard
 //!   timeout;
 //! - polls the pidfds of the peers on its host ([`crate::pidwatch`]), so a
@@ -30,6 +34,38 @@ use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
 const HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// Largest world in which a stall warning reads every rank's heartbeat
+/// (the whole status) to say who has not entered the operation: every
+/// rank warns at about the same time, so the store sends the status
+/// world-size times.
+const STALL_STATUS_MAX_WORLD: usize = 1024;
+
+/// The job after the store's changes since `view` (from generation 0, an
+/// empty view, when there is none yet: the departures so far, not every
+/// rank), waiting up to `wait` for the first change; this communicator's
+/// ranks only.
+fn catch_up(
+    store: &mut StoreClient,
+    view: Option<JobStatus>,
+    world: usize,
+    wait: Duration,
+) -> ringleader_core::Result<JobStatus> {
+    let (mut view, mut wait) = match view {
+        Some(v) => (v, wait),
+        None => (JobStatus::default(), Duration::ZERO),
+    };
+    loop {
+        let mut changes = store.changes(view.generation, wait)?;
+        changes.ranks.retain(|r| r.rank < world);
+        let more = changes.more;
+        view.apply(changes);
+        if !more {
+            return Ok(view);
+        }
+        wait = Duration::ZERO;
+    }
+}
 
 /// Stops the monitor.
 #[derive(Debug, Default)]
@@ -72,8 +108,10 @@ struct Monitor {
     signal_ids: Vec<signal_hook::SigId>,
     store: Option<StoreClient>,
     stop: Arc<Stop>,
-    generation: Option<u64>,
     last_beat: Option<Instant>,
+    /// The ranks that left or vanished, and the abort record, as the
+    /// store's changes built them (this communicator's ranks only; a rank
+    /// not in it is connected). Heartbeats in it are as of each departure.
     last_status: Option<JobStatus>,
     published: bool,
     dump_counter: Option<Vec<u8>>,
@@ -105,7 +143,6 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 signal_ids,
                 store: Some(store),
                 stop,
-                generation: None,
                 last_beat: None,
                 last_status: None,
                 published: false,
@@ -168,10 +205,8 @@ impl Monitor {
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        match store.status(self.generation, TICK) {
+        match catch_up(store, self.last_status.take(), self.shared.world, TICK) {
             Ok(status) => {
-                self.generation = Some(status.generation);
-                let status = crate::failure::ours(status, self.shared.world);
                 self.news(&status);
                 self.last_status = Some(status);
             }
@@ -254,7 +289,8 @@ impl Monitor {
             sh.ended.lock().extend(&ended);
             // A fresh view: a peer that left cleanly exits right after.
             if let Some(store) = self.store.as_mut() {
-                if let Ok(status) = store.status(None, Duration::ZERO) {
+                let view = self.last_status.clone();
+                if let Ok(status) = catch_up(store, view, sh.world, Duration::ZERO) {
                     self.last_status = Some(status);
                 }
             }
@@ -402,9 +438,19 @@ impl Monitor {
     fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration, left: Duration) {
         let sh = &self.shared;
         let awaited = sh.awaited.ranks();
-        // Ranks that have not entered it, by the last collective each completed.
+        // Ranks that have not entered it, by the last collective each
+        // completed: their current heartbeats, which only the whole status
+        // has. Read once per warning, and only while the job is small
+        // enough for every rank to read it at once; beyond that the
+        // warning names the ranks this one waits for.
         let mut outside: Vec<(u64, Rank)> = Vec::new();
-        if let Some(status) = &self.last_status {
+        let fresh = match self.store.as_mut() {
+            Some(store) if sh.world <= STALL_STATUS_MAX_WORLD => {
+                store.status(None, Duration::ZERO).ok().map(|s| crate::failure::ours(s, sh.world))
+            }
+            _ => None,
+        };
+        if let Some(status) = &fresh {
             for r in &status.ranks {
                 if r.rank == sh.rank {
                     continue;
