@@ -24,6 +24,7 @@
 //! the transport's driver; the monitor, failure and monitored-barrier
 //! modules turn trouble into verdicts.
 
+mod agreement;
 mod algo;
 mod comm;
 #[cfg(feature = "cuda")]
