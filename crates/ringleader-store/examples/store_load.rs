@@ -9,8 +9,13 @@
 //!
 //! The store runs in a child process (this program with `serve`), so its
 //! CPU time is its own (`/proc/<pid>/stat`) and the descriptors of both
-//! ends do not share one process's limit. The parent runs one thread per
-//! simulated rank, each with its own member connection:
+//! ends do not share one process's limit. The simulated ranks run in
+//! worker processes (this program with `ranks`) of at most
+//! [`RANKS_PER_WORKER`] ranks each, one thread and one member connection
+//! per rank, at most [`CONNECTING`] of a worker's ranks in their
+//! handshake at once (as a launcher that staggers its starts); workers
+//! report each rank's milestones to the driver on
+//! their stdout and take its orders (freeze, kill, stop) on their stdin.
 //!
 //! 1. **Rendezvous** as `src/rendezvous.rs` does it (`main`): register,
 //!    wait for every registration (re-reading them all while waiting), read
@@ -44,6 +49,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const RUN: &str = "sim";
+/// Rank threads per worker process: a thread takes four memory mappings
+/// (stack, guard, signal stack, guard), and a process may have 65,530.
+const RANKS_PER_WORKER: usize = 4096;
 /// What main's monitor waits per status poll, and how often it beats.
 const TICK: Duration = Duration::from_millis(100);
 const BEAT: Duration = Duration::from_millis(500);
@@ -93,6 +101,10 @@ struct Opts {
 }
 
 fn parse() -> Opts {
+    parse_from(std::env::args().skip(1).collect())
+}
+
+fn parse_from(args: Vec<String>) -> Opts {
     let mut o = Opts {
         ranks: 1024,
         rendezvous: RendezvousMode::Main,
@@ -103,7 +115,6 @@ fn parse() -> Opts {
         snapshot_bytes: 4096,
         frozen: 1,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().map(String::as_str).unwrap_or_else(|| panic!("{a} needs a value"));
@@ -143,12 +154,74 @@ fn parse() -> Opts {
 }
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("serve") {
-        serve();
-        return;
+    match std::env::args().nth(1).as_deref() {
+        Some("serve") => serve(),
+        Some("ranks") => worker(),
+        _ => drive(&parse()),
     }
-    let opts = parse();
-    drive(&opts);
+}
+
+/// Microseconds since the Unix epoch: the time base driver and workers share.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A worker: `ranks FROM TO BASE_US ADDR VICTIM FROZEN,... -- OPTIONS`; runs
+/// ranks FROM..TO, prints `J|K|V rank us` when a rank joined, knew of the
+/// death, read the verdict; `A` (decided alone), `R` (connect retried),
+/// `E text` (an error); obeys `freeze`, `kill`, `stop` on stdin.
+fn worker() {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize| args[i].parse::<usize>().expect("worker argument");
+    let (from, to, base) = (num(2), num(3), num(4) as u64);
+    let addr = args[5].clone();
+    let victim = num(6);
+    let frozen: Vec<usize> = args[7].split(',').filter(|s| !s.is_empty()).map(|s| s.parse().expect("rank")).collect();
+    let opts = parse_from(args[9..].to_vec());
+    let n = opts.ranks;
+    let signals =
+        (0..n).map(|r| (r == victim || frozen.contains(&r)).then(|| AbortSignal::new().expect("eventfd"))).collect();
+    let shared = Arc::new(Shared::new(opts, addr, base, signals, true));
+    let threads: Vec<_> = (from..to)
+        .map(|r| {
+            let sh = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("rank-{r}"))
+                .stack_size(256 << 10)
+                .spawn(move || rank(&sh, r))
+                .expect("spawning a rank thread")
+        })
+        .collect();
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    while stdin.lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+        match line.trim() {
+            "freeze" => {
+                for &f in frozen.iter().filter(|f| (from..to).contains(*f)) {
+                    shared.frozen[f].store(true, Ordering::Release);
+                    if let Some(s) = &shared.signals[f] {
+                        s.abort(Error::aborted("frozen"));
+                    }
+                }
+            }
+            "kill" => {
+                shared.victim.store(victim, Ordering::Release);
+                if let (true, Some(s)) = ((from..to).contains(&victim), &shared.signals[victim]) {
+                    s.abort(Error::aborted("killed"));
+                }
+            }
+            _ => break,
+        }
+        line.clear();
+    }
+    shared.stop.store(true, Ordering::Release);
+    for s in shared.signals.iter().flatten() {
+        s.abort(Error::aborted("the end"));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    std::process::exit(0);
 }
 
 /// The child: a store, and its traffic counters on request (one line on
@@ -223,7 +296,10 @@ impl Store {
 struct Shared {
     opts: Opts,
     addr: String,
-    start: Instant,
+    /// The run's start, in [`unix_us`].
+    base: u64,
+    /// A worker: report milestones on stdout.
+    reports: bool,
     stop: AtomicBool,
     /// Set once the victim died: ranks look for it in the news.
     victim: AtomicUsize,
@@ -240,20 +316,131 @@ struct Shared {
     /// Abort signals of the victim and the frozen ranks.
     signals: Vec<Option<AbortSignal>>,
     frozen: Vec<AtomicBool>,
+    /// Connections of this process in their handshake now.
+    connecting: Mutex<usize>,
+    turn: std::sync::Condvar,
+}
+
+/// Handshakes one worker process runs at once.
+const CONNECTING: usize = 16;
+
+/// A rank's turn to connect; the next one's when dropped.
+struct Turn<'a>(&'a Shared);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.connecting.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        self.0.turn.notify_one();
+    }
 }
 
 const NOBODY: usize = usize::MAX;
 
 impl Shared {
+    fn new(opts: Opts, addr: String, base: u64, signals: Vec<Option<AbortSignal>>, reports: bool) -> Shared {
+        let n = opts.ranks;
+        Shared {
+            opts,
+            addr,
+            base,
+            reports,
+            stop: AtomicBool::new(false),
+            victim: AtomicUsize::new(NOBODY),
+            joined: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            knows: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            verdict: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            alone: AtomicUsize::new(0),
+            reconnects: AtomicUsize::new(0),
+            errors: AtomicUsize::new(0),
+            first_error: Mutex::new(None),
+            signals,
+            frozen: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            connecting: Mutex::new(0),
+            turn: std::sync::Condvar::new(),
+        }
+    }
+
+    fn connect_turn(&self) -> Turn<'_> {
+        let mut n = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= CONNECTING {
+            n = self.turn.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        Turn(self)
+    }
+
     fn now_us(&self) -> u64 {
-        self.start.elapsed().as_micros().max(1) as u64
+        unix_us().saturating_sub(self.base).max(1)
+    }
+
+    /// Records milestone `what` (`J`, `K`, `V`) of rank `r` now.
+    fn stamp(&self, what: char, r: usize) {
+        let at = self.now_us();
+        let slot = match what {
+            'J' => &self.joined[r],
+            'K' => &self.knows[r],
+            _ => &self.verdict[r],
+        };
+        if slot.swap(at, Ordering::AcqRel) == 0 && self.reports {
+            println!("{what} {r} {at}");
+        }
+    }
+
+    /// Reads one line of a worker's report into these books.
+    fn report(&self, line: &str) {
+        let mut f = line.splitn(3, ' ');
+        match (f.next(), f.next(), f.next()) {
+            (Some(k @ ("J" | "K" | "V")), Some(r), Some(at)) => {
+                let (Ok(r), Ok(at)) = (r.parse::<usize>(), at.parse::<u64>()) else { return };
+                let slot = match k {
+                    "J" => &self.joined,
+                    "K" => &self.knows,
+                    _ => &self.verdict,
+                };
+                if let Some(s) = slot.get(r) {
+                    s.store(at, Ordering::Release);
+                }
+            }
+            (Some("A"), _, _) => {
+                self.alone.fetch_add(1, Ordering::Relaxed);
+            }
+            (Some("R"), _, _) => {
+                self.reconnects.fetch_add(1, Ordering::Relaxed);
+            }
+            (Some("E"), _, _) => self.note_error(line[2..].to_string()),
+            _ => {}
+        }
+    }
+
+    fn decided_alone(&self) {
+        self.alone.fetch_add(1, Ordering::Relaxed);
+        if self.reports {
+            println!("A");
+        }
+    }
+
+    fn reconnected(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        if self.reports {
+            println!("R");
+        }
     }
 
     fn error(&self, rank: usize, what: &str, e: &Error) {
+        let text = format!("rank {rank} {what}: {e}").replace('\n', " ");
+        if self.reports {
+            let first = self.first_error.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+            // Every error counts; the driver keeps the first text.
+            println!("E {}", if first { &text[..] } else { "-" });
+        }
+        self.note_error(text);
+    }
+
+    fn note_error(&self, text: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
-        if first.is_none() {
-            let mut text = format!("rank {rank} {what}: {e}");
+        if first.is_none() && text != "-" {
+            let mut text = text;
             if let Some((cut, _)) = text.char_indices().nth(300) {
                 text.truncate(cut);
                 text.push_str("...");
@@ -268,24 +455,8 @@ fn drive(opts: &Opts) {
     let mut store = Store::start();
     let victim = n / 2 + 1;
     let frozen: Vec<usize> = (0..opts.frozen).map(|i| n / 3 + i).collect();
-    let signals =
-        (0..n).map(|r| (r == victim || frozen.contains(&r)).then(|| AbortSignal::new().expect("eventfd"))).collect();
-    let shared = Arc::new(Shared {
-        opts: opts.clone(),
-        addr: store.addr.clone(),
-        start: Instant::now(),
-        stop: AtomicBool::new(false),
-        victim: AtomicUsize::new(NOBODY),
-        joined: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        knows: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        verdict: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        alone: AtomicUsize::new(0),
-        reconnects: AtomicUsize::new(0),
-        errors: AtomicUsize::new(0),
-        first_error: Mutex::new(None),
-        signals,
-        frozen: (0..n).map(|_| AtomicBool::new(false)).collect(),
-    });
+    let base = unix_us();
+    let shared = Arc::new(Shared::new(opts.clone(), store.addr.clone(), base, (0..n).map(|_| None).collect(), false));
     println!(
         "store_load: {n} ranks, rendezvous {:?}, liveness {:?} every {} ms, verdict {:?}, snapshots of {} bytes, {} \
          frozen, victim rank {victim}",
@@ -296,16 +467,38 @@ fn drive(opts: &Opts) {
         opts.snapshot_bytes,
         opts.frozen
     );
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let sh = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("rank-{r}"))
-                .stack_size(256 << 10)
-                .spawn(move || rank(&sh, r))
-                .expect("spawning a rank thread")
-        })
-        .collect();
+    let exe = std::env::current_exe().expect("own path");
+    let frozen_list = frozen.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(",");
+    let own_args: Vec<String> = std::env::args().skip(1).collect();
+    let mut workers = Vec::new();
+    let mut readers = Vec::new();
+    for from in (0..n).step_by(RANKS_PER_WORKER) {
+        let to = (from + RANKS_PER_WORKER).min(n);
+        let mut child = Command::new(&exe)
+            .args(["ranks", &from.to_string(), &to.to_string(), &base.to_string(), &store.addr])
+            .args([victim.to_string(), frozen_list.clone(), "--".into()])
+            .args(&own_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("a worker");
+        let out = BufReader::new(child.stdout.take().expect("piped"));
+        let sh = shared.clone();
+        readers.push(std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                sh.report(&line);
+            }
+        }));
+        workers.push(child);
+    }
+    let order = |workers: &mut Vec<Child>, what: &str| {
+        for w in workers.iter_mut() {
+            if let Some(i) = w.stdin.as_mut() {
+                let _ = writeln!(i, "{what}");
+            }
+        }
+    };
 
     // 1. Rendezvous.
     let joined_by = wait_all(&shared, Duration::from_secs(300), |r| shared.joined[r].load(Ordering::Relaxed) != 0, &[]);
@@ -319,12 +512,7 @@ fn drive(opts: &Opts) {
     );
 
     // 2. Steady state, with the frozen ranks stopped from its start.
-    for &f in &frozen {
-        shared.frozen[f].store(true, Ordering::Release);
-        if let Some(s) = &shared.signals[f] {
-            s.abort(Error::aborted("frozen"));
-        }
-    }
+    order(&mut workers, "freeze");
     std::thread::sleep(Duration::from_secs(2));
     let a = store.sample();
     std::thread::sleep(opts.steady);
@@ -341,10 +529,7 @@ fn drive(opts: &Opts) {
     // 3. A death.
     let mut watcher = StoreClient::connect(&shared.addr, ClientOptions::new(RUN)).expect("watcher");
     let killed_at = shared.now_us();
-    shared.victim.store(victim, Ordering::Release);
-    if let Some(s) = &shared.signals[victim] {
-        s.abort(Error::aborted("killed"));
-    }
+    order(&mut workers, "kill");
     let published = watcher.get(keys::VERDICT, Duration::from_secs(60)).ok().map(|_| shared.now_us());
     let mut skip = frozen.clone();
     skip.push(victim);
@@ -385,12 +570,13 @@ fn drive(opts: &Opts) {
             shared.first_error.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
         );
     }
-    shared.stop.store(true, Ordering::Release);
-    for s in shared.signals.iter().flatten() {
-        s.abort(Error::aborted("the end"));
+    order(&mut workers, "stop");
+    for mut w in workers {
+        drop(w.stdin.take());
+        let _ = w.wait();
     }
-    for t in threads {
-        let _ = t.join();
+    for r in readers {
+        let _ = r.join();
     }
     drop(store.stdin);
     let _ = store.child.wait();
@@ -411,7 +597,7 @@ fn wait_all(sh: &Shared, limit: Duration, done: impl Fn(usize) -> bool, skip: &[
             eprintln!(
                 "  ... {done} of {} ranks there after {:.0} s; {} errors (first: {})",
                 sh.opts.ranks - skip.len(),
-                sh.start.elapsed().as_secs_f64(),
+                secs(sh.now_us()),
                 sh.errors.load(Ordering::Relaxed),
                 first.unwrap_or_default()
             );
@@ -466,11 +652,18 @@ fn rank(sh: &Shared, r: usize) {
     // time; the simulated one counts that and tries again, so that the
     // later phases still see the whole world.
     let mut store = loop {
-        match StoreClient::connect(&sh.addr, opts.clone()) {
+        let connected = {
+            // At most a few connections of a worker at once in their
+            // handshake: 16,384 at once exceed the store's pending-hello
+            // cap many times over, and it closes the oldest.
+            let _turn = sh.connect_turn();
+            StoreClient::connect(&sh.addr, opts.clone())
+        };
+        match connected {
             Ok(s) => break s,
             Err(e) if !sh.stop.load(Ordering::Acquire) => {
                 sh.error(r, "connect", &e);
-                sh.reconnects.fetch_add(1, Ordering::Relaxed);
+                sh.reconnected();
             }
             Err(e) => return sh.error(r, "connect", &e),
         }
@@ -483,7 +676,7 @@ fn rank(sh: &Shared, r: usize) {
         return sh.error(r, "rendezvous", &e);
     }
     let _ = store.heartbeat(&beat(0));
-    sh.joined[r].store(sh.now_us(), Ordering::Release);
+    sh.stamp('J', r);
     let mut monitor = Monitor { generation: None, view: None, last_beat: Instant::now(), seq: 1, failed: false };
     loop {
         if sh.stop.load(Ordering::Acquire) {
@@ -601,7 +794,7 @@ impl Monitor {
             }
         };
         if died && sh.knows[r].load(Ordering::Relaxed) == 0 {
-            sh.knows[r].store(sh.now_us(), Ordering::Release);
+            sh.stamp('K', r);
         }
         if died && !self.failed {
             self.failed = true;
@@ -652,13 +845,13 @@ fn agree_each(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Erro
         Ok(())
     })();
     match outcome {
-        Ok(()) => sh.verdict[r].store(sh.now_us(), Ordering::Release),
+        Ok(()) => sh.stamp('V', r),
         Err(e @ Error::Aborted { .. }) => return Err(e),
         Err(e) => {
             // The runtime decides alone when the store cannot agree.
             sh.error(r, "agreement", &e);
-            sh.alone.fetch_add(1, Ordering::Relaxed);
-            sh.verdict[r].store(sh.now_us(), Ordering::Release);
+            sh.decided_alone();
+            sh.stamp('V', r);
         }
     }
     Ok(())
@@ -704,12 +897,12 @@ fn agree_once(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Erro
         Ok(())
     })();
     match outcome {
-        Ok(()) => sh.verdict[r].store(sh.now_us(), Ordering::Release),
+        Ok(()) => sh.stamp('V', r),
         Err(e @ Error::Aborted { .. }) => return Err(e),
         Err(e) => {
             sh.error(r, "agreement", &e);
-            sh.alone.fetch_add(1, Ordering::Relaxed);
-            sh.verdict[r].store(sh.now_us(), Ordering::Release);
+            sh.decided_alone();
+            sh.stamp('V', r);
         }
     }
     Ok(())
