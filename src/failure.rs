@@ -127,7 +127,7 @@ impl Shared {
         loop {
             match a.next(Instant::now()) {
                 Action::ReadStatus { not_before } => {
-                    self.pause_until(not_before);
+                    pause_until(not_before);
                     let status = ours(store.status(None, Duration::ZERO)?, self.world);
                     let exits = exits(&mut store, &status)?;
                     let launcher = store.try_get(keys::LAUNCHER)?.is_some();
@@ -137,7 +137,7 @@ impl Shared {
                     let found = read_snapshots(&mut store, &ranks, wait)?;
                     a.snapshots(found, Instant::now());
                 }
-                Action::Pause { until } => self.pause_until(until),
+                Action::Pause { until } => pause_until(until),
                 Action::AwaitVerdict { until } => {
                     match store.get(keys::VERDICT, until.saturating_duration_since(Instant::now())) {
                         Ok(v) => {
@@ -156,18 +156,6 @@ impl Shared {
                     return Ok(serde_json::from_slice(&stored).unwrap_or(d));
                 }
             }
-        }
-    }
-
-    /// Sleeps until `until` (a pause between reads of the agreement, at
-    /// most a fraction of a second), or until the communicator is destroyed.
-    fn pause_until(&self, until: Instant) {
-        while !self.destroyed.load(Ordering::Acquire) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            std::thread::park_timeout(left);
         }
     }
 
@@ -261,6 +249,18 @@ pub(crate) fn ours(mut status: JobStatus, world: usize) -> JobStatus {
 /// The verdict some rank already offered, if any.
 fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
     Ok(store.try_get(keys::VERDICT)?.and_then(|v| serde_json::from_slice(&v).ok()))
+}
+
+/// Sleeps until `until`: a pause between reads of the agreement, at most
+/// 250 ms, inside the agreement's bounded gather.
+fn pause_until(until: Instant) {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::park_timeout(left);
+    }
 }
 
 /// The file name of a rank's dump: `ringleader-rank{R}.json` by global

@@ -32,6 +32,7 @@ pub mod cuda;
 mod dumps;
 mod engine;
 mod failure;
+mod heartbeat;
 mod local;
 mod log;
 mod monitor;

@@ -4,7 +4,8 @@
 //! store (the connection whose loss the store reads as the rank's death). It
 //! needs neither the caller's thread nor Python's GIL, so a rank stuck in its
 //! own code still beats, and a stopped process stops beating. Every tick it:
-//! - sends a heartbeat carrying this rank's progress (twice a second);
+//! - sends a heartbeat carrying this rank's progress (twice a second;
+//!   [`crate::heartbeat`] says when, and when a dump is requested);
 //! - waits briefly on the store for news: another rank's abort, or a rank
 //!   that left or vanished while this rank waits for it, which aborts the
 //!   running collective at once instead of at the timeout. The store sends
@@ -19,6 +20,7 @@
 
 use crate::engine::Shared;
 use crate::failure::AbortRecord;
+use crate::heartbeat::Heartbeat;
 use crate::log;
 use crate::pidwatch::PidWatch;
 use crate::watchdog::{Action, Watchdog};
@@ -33,7 +35,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
-const HEARTBEAT: Duration = Duration::from_millis(500);
 
 /// Largest world in which a stall warning reads every rank's heartbeat
 /// (the whole status) to say who has not entered the operation: every
@@ -108,13 +109,12 @@ struct Monitor {
     signal_ids: Vec<signal_hook::SigId>,
     store: Option<StoreClient>,
     stop: Arc<Stop>,
-    last_beat: Option<Instant>,
+    beat: Heartbeat,
     /// The ranks that left or vanished, and the abort record, as the
     /// store's changes built them (this communicator's ranks only; a rank
     /// not in it is connected). Heartbeats in it are as of each departure.
     last_status: Option<JobStatus>,
     published: bool,
-    dump_counter: Option<Vec<u8>>,
     dog: Watchdog,
     /// The ranks the last stall warning named as late.
     late: Vec<Rank>,
@@ -143,10 +143,9 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 signal_ids,
                 store: Some(store),
                 stop,
-                last_beat: None,
+                beat: Heartbeat::default(),
                 last_status: None,
                 published: false,
-                dump_counter: None,
                 dog: Watchdog::new(stall_warn),
                 late: Vec::new(),
                 pids,
@@ -186,17 +185,23 @@ impl Monitor {
     }
 
     fn heartbeat(&mut self) {
-        if self.last_beat.is_some_and(|t| t.elapsed() < HEARTBEAT) {
+        if !self.beat.due(Instant::now()) {
             return;
         }
-        self.last_beat = Some(Instant::now());
         let beat = self.shared.beat().encode();
         let Some(store) = self.store.as_mut() else {
             return;
         };
         let r = store.heartbeat(&beat).and_then(|()| store.try_get(keys::DUMP_REQUEST));
         match r {
-            Ok(counter) => self.dump_on_request(counter),
+            Ok(counter) => {
+                if self.beat.dump_requested(counter) {
+                    if let Some(p) = self.shared.write_dump(None, None) {
+                        let msg = format!("wrote the flight recorder dump {} on request", p.display());
+                        log::warn(&self.shared.cfg, &msg);
+                    }
+                }
+            }
             Err(e) => self.store_lost(e),
         }
     }
@@ -205,25 +210,14 @@ impl Monitor {
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        match catch_up(store, self.last_status.take(), self.shared.world, TICK) {
+        // The view is a few departures: cloned, so that a lost store
+        // still finds what it last said (store_lost reads it).
+        match catch_up(store, self.last_status.clone(), self.shared.world, TICK) {
             Ok(status) => {
                 self.news(&status);
                 self.last_status = Some(status);
             }
             Err(e) => self.store_lost(e),
-        }
-    }
-
-    fn dump_on_request(&mut self, counter: Option<Vec<u8>>) {
-        if counter.is_some() && self.dump_counter.is_some() && counter != self.dump_counter {
-            if let Some(p) = self.shared.write_dump(None, None) {
-                log::warn(&self.shared.cfg, &format!("wrote the flight recorder dump {} on request", p.display()));
-            }
-        }
-        if counter.is_some() {
-            self.dump_counter = counter;
-        } else {
-            self.dump_counter = Some(Vec::new());
         }
     }
 
@@ -241,7 +235,7 @@ impl Monitor {
             if !self.published {
                 // Idle ranks too must say where they are.
                 self.published = true;
-                let snap = sh.snapshot(None);
+                let snap = crate::agreement::compact(sh.snapshot(None));
                 if let Some(store) = self.store.as_mut() {
                     let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
                 }
