@@ -26,7 +26,8 @@ pub(crate) use agreement::STALE_MS;
 
 /// Largest world in which every rank's dump records the whole job status
 /// (each rank reads it, so the store sends it world-size times); beyond
-/// it the dump of the rank that decided the verdict has it.
+/// it only the dump of the rank that decided the verdict has it (from the
+/// status it read to decide).
 const DUMP_STATUS_MAX_WORLD: usize = 1024;
 
 /// The job-wide abort record: who failed first, and what it saw.
@@ -62,14 +63,14 @@ impl Shared {
             *self.failure.lock() = Some(shown.clone());
             return shown;
         }
-        let mut diagnosis = match self.agree(&observation) {
-            Ok(d) => d,
+        let (mut diagnosis, job) = match self.agree(&observation) {
+            Ok(agreed) => agreed,
             Err(e) => {
                 log::warn(&self.cfg, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
-                self.decide_alone(&observation)
+                (self.decide_alone(&observation), None)
             }
         };
-        let dumped = self.write_dump(Some(observation), Some(&diagnosis));
+        let dumped = self.write_dump_with(Some(observation), Some(&diagnosis), job);
         if let Some(dir) = dumped.as_ref().and_then(|p| p.parent()) {
             diagnosis.hints.push(format!(
                 "flight recorder dumps: {} (`ringleader analyze {}`)",
@@ -113,15 +114,16 @@ impl Shared {
     }
 
     /// Agrees with the other ranks on a verdict through the store: carries
-    /// out the [`Agreement`]'s actions.
-    fn agree(&self, observation: &Observation) -> Result<Diagnosis, Error> {
+    /// out the [`Agreement`]'s actions. The decider also answers the job as
+    /// it read it, for its dump.
+    fn agree(&self, observation: &Observation) -> Result<(Diagnosis, Option<Vec<PeerView>>), Error> {
         let mut store = self.store.lock();
         let record = AbortRecord { rank: self.rank, observation: observation.clone() };
         let decides = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
         let mine = agreement::compact(self.snapshot(Some(observation.clone())));
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
         if let Some(d) = agreed(&mut store)? {
-            return Ok(d);
+            return Ok((d, None));
         }
         let mut a = Agreement::new(mine, self.world, self.cfg.group.clone(), decides, Instant::now());
         loop {
@@ -142,7 +144,7 @@ impl Shared {
                     match store.get(keys::VERDICT, until.saturating_duration_since(Instant::now())) {
                         Ok(v) => {
                             if let Ok(d) = serde_json::from_slice(&v) {
-                                return Ok(d);
+                                return Ok((d, None));
                             }
                             a.no_verdict(Instant::now());
                         }
@@ -153,7 +155,7 @@ impl Shared {
                 Action::Decide(ev) => {
                     let d = verdict(&ev);
                     let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
-                    return Ok(serde_json::from_slice(&stored).unwrap_or(d));
+                    return Ok((serde_json::from_slice(&stored).unwrap_or(d), Some(ev.peers)));
                 }
             }
         }
@@ -202,9 +204,22 @@ impl Shared {
         observation: Option<Observation>,
         diagnosis: Option<&Diagnosis>,
     ) -> Option<PathBuf> {
+        self.write_dump_with(observation, diagnosis, None)
+    }
+
+    /// [`Shared::write_dump`], with the job as this rank already read it
+    /// (the verdict's decider), else read here in a job small enough.
+    fn write_dump_with(
+        &self,
+        observation: Option<Observation>,
+        diagnosis: Option<&Diagnosis>,
+        job: Option<Vec<PeerView>>,
+    ) -> Option<PathBuf> {
         let mut snap = self.snapshot(observation);
         snap.verdict = diagnosis.cloned();
-        if self.world <= DUMP_STATUS_MAX_WORLD {
+        if let Some(job) = job {
+            snap.job = job;
+        } else if self.world <= DUMP_STATUS_MAX_WORLD {
             if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
                 if let Ok(status) = store.status(None, Duration::ZERO).map(|s| ours(s, self.world)) {
                     if let Ok(exits) = exits(&mut store, &status) {
