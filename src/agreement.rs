@@ -187,13 +187,22 @@ impl Agreement {
         Action::ReadSnapshots { ranks: chunk, wait }
     }
 
-    /// The collective the job is stuck in, by the snapshots read so far.
+    /// The collective the job is stuck in: the earliest one a failing rank
+    /// observed failing, else the earliest one a rank runs, by what was
+    /// read so far. A rank still in an earlier collective (its monitor
+    /// published when the abort came) has not reached it: its call of the
+    /// failing one may be what decides the verdict, so it is waited for.
     fn stuck(&self) -> Option<u64> {
-        self.snaps
+        let observed = self
+            .snaps
             .values()
-            .filter_map(|s| s.beat.running.as_ref().map(|r| r.seq).or(s.observation.as_ref().and_then(|o| o.seq)))
+            .filter_map(|s| s.observation.as_ref().and_then(|o| o.seq))
+            .chain(self.first.as_ref().and_then(|(_, o)| o.seq))
             .filter(|q| *q > 0)
-            .min()
+            .min();
+        observed.or_else(|| {
+            self.snaps.values().filter_map(|s| s.beat.running.as_ref().map(|r| r.seq)).filter(|q| *q > 0).min()
+        })
     }
 
     /// The ranks whose snapshot the verdict still needs: connected, with a
@@ -448,6 +457,48 @@ mod tests {
         assert_eq!(reads_of_5, 3);
         assert!(ev.snapshots.iter().any(|s| s.rank == 5 && s.beat.running.as_ref().is_some_and(|r| r.seq == 4)));
         assert!(now - t0 < GATHER, "decided once rank 5 got there: {:?}", now - t0);
+    }
+
+    #[test]
+    fn a_rank_still_in_an_earlier_collective_is_waited_for_until_it_reaches_the_failing_one() {
+        let world = 3;
+        let t0 = Instant::now();
+        let failing = |r: Rank| {
+            let mut s = snap(r, world, 2);
+            s.observation = Some(Observation::from_error(&ringleader_core::Error::PeerLost {
+                peer: 1,
+                op: ringleader_core::OpKind::AllReduce,
+                seq: 2,
+                detail: "mismatch".into(),
+            }));
+            s
+        };
+        // Rank 1's monitor published while it was still in collective 1.
+        let mut published: BTreeMap<Rank, Snapshot> = BTreeMap::from([(1, snap(1, world, 1)), (2, failing(2))]);
+        let mut a = Agreement::new(failing(0), world, None, true, t0);
+        let st = status(world, &[], &[]);
+        let (mut now, mut reads_of_1) = (t0, 0);
+        let ev = loop {
+            match a.next(now) {
+                Action::ReadStatus { not_before } => {
+                    now = now.max(not_before);
+                    a.status(st.clone(), BTreeMap::new(), false, now);
+                }
+                Action::ReadSnapshots { ranks, .. } => {
+                    reads_of_1 += usize::from(ranks.contains(&1));
+                    if reads_of_1 == 2 {
+                        published.insert(1, failing(1));
+                    }
+                    a.snapshots(ranks.iter().filter_map(|r| published.get(r).cloned()).collect(), now);
+                }
+                Action::Pause { until } => now = until,
+                Action::AwaitVerdict { .. } => panic!("the decider never waits for a verdict"),
+                Action::Decide(ev) => break ev,
+            }
+        };
+        assert_eq!(reads_of_1, 2, "read again until it shows collective 2");
+        let one = ev.snapshots.iter().find(|s| s.rank == 1).unwrap();
+        assert_eq!(one.beat.running.as_ref().map(|r| r.seq), Some(2));
     }
 
     #[test]
