@@ -24,7 +24,7 @@ use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Re
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region};
+use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region, Watch};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -555,7 +555,8 @@ impl Shared {
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
-        driver.run(links, &mut bufs, plan, &[op], &self.abort, Some(deadline), &self.awaited)?;
+        let watch = Watch { abort: &self.abort, deadline: Some(deadline), awaited: &self.awaited };
+        driver.run(links, &mut bufs, plan, &op, &watch)?;
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);

@@ -13,19 +13,10 @@
 
 use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
-use ringleader_transport::driver::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use ringleader_transport::shm::{segment_name, Domain, Waiter};
+use ringleader_transport::{Buf, Chan, OpInfo, Plan, RecvMode, Region, Watch};
 use ringleader_transport::{Driver, Idle, Link};
 use std::time::{Duration, Instant};
-
-/// How long a wait spins before it sleeps, when every local rank has a core
-/// of its own.
-const SPIN: Duration = Duration::from_micros(50);
-/// How long it polls and yields its core before it sleeps, when local ranks
-/// outnumber the cores. Measured with 4 and 8 ranks on 2 cores: an 8-byte
-/// all_reduce went from 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us
-/// (8 ranks) against sleeping at once; 1-16 MiB did not get slower.
-const YIELD: Duration = Duration::from_micros(20);
 
 /// What the data plane ended up made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,17 +33,6 @@ impl Plane {
             Plane::Shm => "shm",
             Plane::Mixed => "shm+tcp",
         }
-    }
-}
-
-/// How a rank with `local` ranks on its host waits before it sleeps, on
-/// any link: spinning when each has a core of its own, else yielding.
-fn idle_for(local: usize) -> Idle {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if local <= cores {
-        Idle::Spin(SPIN)
-    } else {
-        Idle::Yield(YIELD)
     }
 }
 
@@ -78,7 +58,7 @@ pub(crate) fn attach(
     abort: &AbortSignal,
 ) -> Result<(Plane, Option<Waiter>)> {
     let local = local_ranks(peers, cfg.rank);
-    driver.set_idle(idle_for(local.len()));
+    driver.set_idle(Idle::for_local_ranks(local.len()));
     driver.set_splice_min(cfg.tcp_splice);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
@@ -119,7 +99,7 @@ pub(crate) fn attach(
         links[peer] = l.into_iter().map(Link::Shm).collect();
     }
     waiter.wake_on(abort);
-    driver.set_shm(waiter.clone(), idle_for(local.len()));
+    driver.set_shm(waiter.clone(), Idle::for_local_ranks(local.len()));
     Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
 }
 
@@ -140,13 +120,6 @@ pub(crate) fn handshake(
         plan.recv(chan, Region::new(0, 0, 0), RecvMode::Copy, None, None);
     }
     let op = OpInfo { seq: 0, fingerprint: Fingerprint::new(OpKind::Barrier, DType::U8, 0), checks: true };
-    Driver::new().run(
-        links,
-        &mut [Buf::Rw(&mut [])],
-        &plan,
-        &[op],
-        abort,
-        Some(deadline),
-        &ringleader_core::RankSet::new(0),
-    )
+    let watch = Watch { abort, deadline: Some(deadline), awaited: &ringleader_core::RankSet::new(0) };
+    Driver::new().run(links, &mut [Buf::Rw(&mut [])], &plan, &op, &watch)
 }

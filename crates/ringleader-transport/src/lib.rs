@@ -10,7 +10,7 @@
 //!   the protocol written against a small trait that the `ibverbs` binding
 //!   and a software model of the queues both implement;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
-//! - [`driver`]: runs a collective's [`driver::Plan`] (sends, receives,
+//! - [`driver`]: runs a collective's [`plan::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
 //!   thread, waking on abort.
 //!
@@ -26,12 +26,14 @@ pub mod driver;
 pub mod frame;
 pub mod hello;
 pub mod link;
+pub mod plan;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;
 pub mod stream_copy;
 pub mod tcp;
 
-pub use driver::{Buf, Chan, Driver, Idle, OpInfo, Plan, RecvMode, Region};
+pub use driver::{Driver, Idle, Watch};
 pub use link::Link;
+pub use plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};
