@@ -15,7 +15,7 @@ use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, O
 use ringleader_diag::Entry;
 use ringleader_store::{Liveness, StoreServer};
 use ringleader_transport::frame::FrameHeader;
-use ringleader_transport::{Driver, Link};
+use ringleader_transport::{AnyLink, Driver};
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -173,7 +173,7 @@ impl Communicator {
         {
             plane_name = name;
         }
-        let lane: Vec<Option<Link>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
+        let lane: Vec<Option<AnyLink>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
         let p2p =
             P2p::new(lane, waiter).map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let store_in_rank0 = cfg.store_addr.is_none();

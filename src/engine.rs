@@ -24,7 +24,7 @@ use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Re
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region, Watch};
+use ringleader_transport::{AnyLink, Buf, Driver, OpInfo, Plan, Region, Watch};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -149,7 +149,7 @@ struct Sched {
 /// What running an operation needs, used by one operation at a time.
 #[derive(Debug)]
 pub(crate) struct Exec {
-    pub links: Vec<Vec<Link>>,
+    pub links: Vec<Vec<AnyLink>>,
     driver: Driver,
     plan: Plan,
     plan_scratch: algo::Scratch,
@@ -236,7 +236,7 @@ impl Shared {
         cfg: Config,
         host: String,
         abort: AbortSignal,
-        links: Vec<Vec<Link>>,
+        links: Vec<Vec<AnyLink>>,
         driver: Driver,
         p2p: crate::p2p::P2p,
         store: StoreClient,

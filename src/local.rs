@@ -14,8 +14,8 @@
 use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
 use ringleader_transport::shm::{segment_name, Domain, Waiter};
+use ringleader_transport::{AnyLink, Driver, Idle};
 use ringleader_transport::{Buf, Chan, OpInfo, Plan, RecvMode, Region, Watch};
-use ringleader_transport::{Driver, Idle, Link};
 use std::time::{Duration, Instant};
 
 /// What the data plane ended up made of.
@@ -52,7 +52,7 @@ fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
 pub(crate) fn attach(
     cfg: &Config,
     peers: &[PeerInfo],
-    links: &mut [Vec<Link>],
+    links: &mut [Vec<AnyLink>],
     streams: usize,
     driver: &mut Driver,
     abort: &AbortSignal,
@@ -96,7 +96,7 @@ pub(crate) fn attach(
     domain.unlink();
     let (shm_links, waiter) = domain.links();
     for (peer, l) in shm_links {
-        links[peer] = l.into_iter().map(Link::Shm).collect();
+        links[peer] = l.into_iter().map(|l| Box::new(l) as AnyLink).collect();
     }
     waiter.wake_on(abort);
     driver.set_shm(waiter.clone(), Idle::for_local_ranks(local.len()));
@@ -109,7 +109,7 @@ pub(crate) fn attach(
 pub(crate) fn handshake(
     me: Rank,
     local: &[Rank],
-    links: &mut [Vec<Link>],
+    links: &mut [Vec<AnyLink>],
     deadline: Instant,
     abort: &AbortSignal,
 ) -> Result<()> {

@@ -26,7 +26,7 @@ use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
 use ringleader_transport::driver::{check_header, lost, read_some, write_frame};
 use ringleader_transport::frame::{pad, FrameHeader, FrameKind, HEADER_LEN};
 use ringleader_transport::shm::Waiter;
-use ringleader_transport::{Buf, Link, OpInfo};
+use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
@@ -69,7 +69,7 @@ struct Queue {
 /// queue, and what wakes the thread.
 pub(crate) struct P2p {
     queue: Mutex<Queue>,
-    links: Mutex<Option<Vec<Option<Link>>>>,
+    links: Mutex<Option<Vec<Option<AnyLink>>>>,
     kick: OwnedFd,
     waiter: Option<Waiter>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -85,7 +85,7 @@ impl std::fmt::Debug for P2p {
 }
 
 impl P2p {
-    pub(crate) fn new(links: Vec<Option<Link>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
+    pub(crate) fn new(links: Vec<Option<AnyLink>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
         let world = links.len();
         Ok(P2p {
             queue: Mutex::new(Queue { send_seq: vec![0; world], recv_seq: vec![0; world], ..Queue::default() }),
@@ -171,7 +171,7 @@ impl Default for Flow {
 /// The lane thread's state.
 struct Lane {
     shared: Arc<Shared>,
-    links: Vec<Option<Link>>,
+    links: Vec<Option<AnyLink>>,
     sends: Vec<Flow>,
     recvs: Vec<Flow>,
     /// The peers last published in `P2p::pending`.
@@ -271,7 +271,7 @@ impl Lane {
         let (flows, links) = if send { (&mut self.sends, &mut self.links) } else { (&mut self.recvs, &mut self.links) };
         let flow = &mut flows[peer];
         let Some((job, _)) = flow.jobs.front() else { return Ok(false) };
-        let Some(link) = links[peer].as_mut() else { return Ok(false) };
+        let Some(link) = links[peer].as_deref_mut() else { return Ok(false) };
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks };
         let len = job.buf.len();
         let total = HEADER_LEN + len + pad(len);
@@ -312,8 +312,8 @@ impl Lane {
             if flags.is_empty() {
                 continue;
             }
-            match link.fd() {
-                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, link.poll_events(flags))),
+            match link.wake().poll_fd(flags) {
+                Some(fd) => fds.push(fd),
                 None => shm = true,
             }
         }
@@ -322,8 +322,8 @@ impl Lane {
                 let ready = || {
                     self.links.iter().enumerate().any(|(peer, l)| {
                         l.as_ref().is_some_and(|l| {
-                            (!self.sends[peer].jobs.is_empty() && l.shm_ready(true))
-                                || (!self.recvs[peer].jobs.is_empty() && l.shm_ready(false))
+                            (!self.sends[peer].jobs.is_empty() && l.ready(true))
+                                || (!self.recvs[peer].jobs.is_empty() && l.ready(false))
                         })
                     }) || !p.queue.lock().jobs.is_empty()
                 };
@@ -365,7 +365,7 @@ impl Lane {
     }
 }
 
-fn pump_send(flow: &mut Flow, link: &mut Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
+fn pump_send(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     if flow.off == 0 {
         flow.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, job.buf.len() as u64).encode();
@@ -389,7 +389,7 @@ fn pump_send(flow: &mut Flow, link: &mut Link, op: &OpInfo, moved: &mut bool) ->
     Ok(())
 }
 
-fn pump_recv(flow: &mut Flow, link: &mut Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
+fn pump_recv(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     let len = job.buf.len();
     let total = HEADER_LEN + len + pad(len);

@@ -34,6 +34,6 @@ pub mod stream_copy;
 pub mod tcp;
 
 pub use driver::{Driver, Idle, Watch};
-pub use link::Link;
+pub use link::{AnyLink, Link};
 pub use plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};

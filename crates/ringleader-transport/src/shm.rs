@@ -44,6 +44,7 @@
 //! read or write outside the mapping.
 #![allow(unsafe_code)]
 
+use crate::link::{Mapped, ReadOutcome, SingleCopy, Wake};
 use ringleader_core::{AbortSignal, Error, Rank, Result};
 use rustix::fd::OwnedFd;
 use rustix::fs::Mode;
@@ -812,6 +813,84 @@ impl ShmLink {
             let h = self.domain.own.ring_header(self.rx);
             h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed)
         }
+    }
+}
+
+impl crate::link::Link for ShmLink {
+    fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    #[inline]
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        ShmLink::try_write(self, bufs)
+    }
+
+    #[inline]
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<ReadOutcome> {
+        Ok(match ShmLink::try_read(self, buf)? {
+            0 => ReadOutcome::WouldBlock,
+            n => ReadOutcome::Data(n),
+        })
+    }
+
+    fn wake(&self) -> Wake<'_> {
+        Wake::Doorbell
+    }
+
+    fn ready(&self, write: bool) -> bool {
+        ShmLink::ready(self, write)
+    }
+
+    fn mapped(&mut self) -> Option<&mut dyn Mapped> {
+        Some(self)
+    }
+
+    fn single_copy(&self) -> Option<&dyn SingleCopy> {
+        Some(self)
+    }
+
+    fn single_copy_mut(&mut self) -> Option<&mut dyn SingleCopy> {
+        Some(self)
+    }
+}
+
+impl Mapped for ShmLink {
+    #[inline]
+    fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> std::io::Result<usize> {
+        ShmLink::read_in_place(self, max, f)
+    }
+
+    fn read_streaming(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.try_read_streaming(buf)
+    }
+}
+
+impl SingleCopy for ShmLink {
+    #[inline]
+    fn min_len(&self) -> Option<usize> {
+        self.single_copy_min()
+    }
+
+    fn sent(&mut self) -> u64 {
+        self.remote_sent()
+    }
+
+    #[inline]
+    fn acked(&self) -> u64 {
+        self.remote_acked()
+    }
+
+    fn abandon(&self) {
+        self.abandon_remote()
+    }
+
+    fn read_remote(&self, addr: u64, dst: &mut [u8]) -> std::io::Result<usize> {
+        ShmLink::read_remote(self, addr, dst)
+    }
+
+    fn finish_remote(&mut self) -> std::io::Result<()> {
+        ShmLink::finish_remote(self)
     }
 }
 

@@ -1,5 +1,5 @@
 //! TCP: choosing the address to listen on, building the full mesh of
-//! connections at init, and the nonblocking socket behind [`Link::Tcp`].
+//! connections at init, and the nonblocking socket behind a TCP [`Link`].
 //!
 //! Every rank listens before it registers at the store, so by the time a
 //! peer learns our address the listener exists: a refused connection then
@@ -8,7 +8,7 @@
 //! costs one connect timeout, not one per peer.
 
 use crate::hello::{Challenge, Hello, Reply};
-use crate::link::{Link, ReadOutcome};
+use crate::link::{AnyLink, Link, ReadOutcome, Splice, Wake};
 use ringleader_core::{config::join_host_port, error::Unreachable, AbortSignal, Error, Rank, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -142,6 +142,46 @@ impl TcpLink {
     /// The socket's descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
+    }
+}
+
+impl Link for TcpLink {
+    fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    #[inline]
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        TcpLink::try_write(self, bufs)
+    }
+
+    #[inline]
+    fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome> {
+        TcpLink::try_read(self, buf)
+    }
+
+    fn wake(&self) -> Wake<'_> {
+        Wake::Poll(self.stream.as_fd())
+    }
+
+    fn splice(&mut self) -> Option<&mut dyn Splice> {
+        Some(self)
+    }
+}
+
+impl Splice for TcpLink {
+    fn available(&mut self) -> bool {
+        self.can_splice()
+    }
+
+    /// See [`TcpLink::try_splice`].
+    ///
+    /// # Safety
+    /// As for [`TcpLink::try_splice`].
+    #[allow(unsafe_code)]
+    unsafe fn try_splice(&mut self, data: &[u8]) -> io::Result<usize> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { TcpLink::try_splice(self, data) }
     }
 }
 
@@ -334,7 +374,7 @@ pub struct MeshOptions {
 #[derive(Debug)]
 pub struct Mesh {
     /// Indexed by peer rank, then stream.
-    pub links: Vec<Vec<Link>>,
+    pub links: Vec<Vec<AnyLink>>,
 }
 
 enum Pending {
@@ -378,7 +418,7 @@ struct MeshBuilder<'a> {
     listener: DataListener,
     opts: &'a MeshOptions,
     pending: Vec<Pending>,
-    links: Vec<Vec<Option<Link>>>,
+    links: Vec<Vec<Option<AnyLink>>>,
     start: Instant,
     /// Refused connects to retry: (peer, stream, address, when).
     refused: Vec<(Rank, u16, SocketAddr, Instant)>,
@@ -713,7 +753,7 @@ impl<'a> MeshBuilder<'a> {
         match reply {
             Reply::Ok => {
                 match TcpLink::new(sock.into(), peer) {
-                    Ok(link) => self.links[peer][stream as usize] = Some(Link::Tcp(link)),
+                    Ok(link) => self.links[peer][stream as usize] = Some(Box::new(link)),
                     Err(e) => self.fail(o.rank, peer, addr_s, e.to_string()),
                 }
                 Ok(())
@@ -753,7 +793,7 @@ impl<'a> MeshBuilder<'a> {
         match reply {
             Reply::Ok if src > o.rank && stream < o.streams && self.links[src][stream].is_none() => {
                 match TcpLink::new(sock, src) {
-                    Ok(link) => self.links[src][stream] = Some(Link::Tcp(link)),
+                    Ok(link) => self.links[src][stream] = Some(Box::new(link)),
                     Err(e) => self.fail(src, o.rank, self.listener.addr.to_string(), e.to_string()),
                 }
                 Ok(None)

@@ -16,7 +16,7 @@ pub(super) static PAD: [u8; ALIGN] = [0; ALIGN];
 
 /// Writes what the link takes of a frame (header, payload, padding) from
 /// byte `off` of the frame on; 0 when the link is full.
-pub fn write_frame(link: &mut Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
+pub fn write_frame(link: &mut dyn Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
     let tail = &PAD[..pad(data.len())];
     if off < HEADER_LEN {
         link.try_write(&[IoSlice::new(&hdr[off..]), IoSlice::new(data), IoSlice::new(tail)])
@@ -34,13 +34,20 @@ pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
 
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
 /// already read) only words the error when the peer hangs up.
-pub fn read_some(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
+pub fn read_some(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
     read_into(link, buf, op, at, false)
 }
 
 /// [`read_some`], with streaming stores into `buf` when `streaming`.
-pub(super) fn read_into(link: &mut Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming: bool) -> Result<usize> {
-    let read = if streaming { link.try_read_streaming(buf) } else { link.try_read(buf) };
+pub(super) fn read_into(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming: bool) -> Result<usize> {
+    let streamed = match streaming {
+        true => link.mapped().map(|m| m.read_streaming(buf)),
+        false => None,
+    };
+    let read = match streamed {
+        Some(r) => r.map(|n| if n == 0 { ReadOutcome::WouldBlock } else { ReadOutcome::Data(n) }),
+        None => link.try_read(buf),
+    };
     match read {
         Ok(ReadOutcome::Data(n)) => Ok(n),
         Ok(ReadOutcome::WouldBlock) => Ok(0),

@@ -41,7 +41,7 @@ mod tests;
 pub use frame_io::{check_header, lost, read_some, write_frame};
 pub use wait::Idle;
 
-use crate::link::Link;
+use crate::link::{AnyLink, Wake};
 use crate::plan::{Buf, Chan, OpInfo, Plan};
 use crate::shm::Waiter;
 use chan::ChanRun;
@@ -50,7 +50,7 @@ use send::SendPolicy;
 use std::time::Instant;
 
 /// The links a driver runs over: `links[peer][stream]`.
-pub type Links = [Vec<Link>];
+pub type Links = [Vec<AnyLink>];
 
 /// What bounds and watches a run: the abort signal that ends it, the
 /// deadline past which it times out, and where it publishes the peers it
@@ -149,7 +149,7 @@ impl Driver {
             let c = &mut self.chans[ci];
             c.st.active = false;
             // We may fail while the peer still copies from our buffers.
-            single_copy::abandon(c, &links[ci / streams][ci % streams]);
+            single_copy::abandon(c, &*links[ci / streams][ci % streams]);
         }
         // On failure the awaited peers stay published: they are evidence.
         if result.is_ok() {
@@ -207,13 +207,13 @@ impl Driver {
         streams: usize,
     ) -> Result<()> {
         let mut idle_since: Option<Instant> = None;
-        let shm_only = self.active.iter().all(|&ci| links[ci / streams][ci % streams].is_shm());
+        let shm_only = self.active.iter().all(|&ci| matches!(links[ci / streams][ci % streams].wake(), Wake::Doorbell));
         loop {
             let mut progressed = false;
             let mut finished = true;
             for ai in 0..self.active.len() {
                 let ci = self.active[ai];
-                let link = &mut links[ci / streams][ci % streams];
+                let link = &mut *links[ci / streams][ci % streams];
                 progressed |= self.pump_sends(ci, link, bufs, plan, op)?;
                 progressed |= self.pump_recvs(ci, link, bufs, plan, op)?;
                 finished &= self.chans[ci].finished();

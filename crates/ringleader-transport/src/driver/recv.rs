@@ -18,7 +18,7 @@ impl Driver {
     pub(super) fn pump_recvs(
         &mut self,
         ci: usize,
-        link: &mut Link,
+        link: &mut dyn Link,
         bufs: &mut [Buf<'_>],
         plan: &Plan,
         op: &OpInfo,

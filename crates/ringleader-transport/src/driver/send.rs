@@ -16,7 +16,7 @@ impl Driver {
     pub(super) fn pump_sends(
         &mut self,
         ci: usize,
-        link: &mut Link,
+        link: &mut dyn Link,
         bufs: &[Buf<'_>],
         plan: &Plan,
         op: &OpInfo,
@@ -64,7 +64,7 @@ impl Driver {
                 c.st.out = Default::default();
                 c.st.send_pos += 1;
                 match payload {
-                    Payload::SingleCopy => single_copy::sent(c, link, si),
+                    Payload::SingleCopy if single_copy::sent(c, link, si) => {}
                     _ => self.send_done[si as usize] = true,
                 }
                 // No receive of this plan writes a spliced frame's bytes, so
@@ -111,7 +111,7 @@ impl SendPolicy {
     }
 
     /// How send `si` of `region` travels on `link`.
-    fn payload(&self, link: &mut Link, si: u32, region: Region) -> Payload {
+    fn payload(&self, link: &mut dyn Link, si: u32, region: Region) -> Payload {
         if self.busy && !self.gates[si as usize] && single_copy::allowed(link, region.len) {
             return Payload::SingleCopy;
         }

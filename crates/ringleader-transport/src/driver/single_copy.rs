@@ -15,7 +15,7 @@ use super::chan::{staging, ChanRun, STAGING};
 use super::frame_io::lost;
 use super::strategy::{reduce_piece, rw};
 use crate::frame::HEADER_LEN;
-use crate::link::Link;
+use crate::link::{Link, ReadOutcome};
 use crate::plan::{Buf, OpInfo, RecvItem, RecvMode};
 use ringleader_core::{Error, Result};
 
@@ -27,28 +27,33 @@ const REMOTE_PIECE: usize = 2 << 20;
 
 /// Whether a frame of `len` bytes may go single-copy on `link`.
 #[inline]
-pub(super) fn allowed(link: &Link, len: usize) -> bool {
-    link.single_copy_min().is_some_and(|min| len >= min.max(1))
+pub(super) fn allowed(link: &dyn Link, len: usize) -> bool {
+    link.single_copy().and_then(|s| s.min_len()).is_some_and(|min| len >= min.max(1))
 }
 
 /// Records that send `si`'s descriptor is written: it completes when the
-/// peer has copied it.
-pub(super) fn sent(c: &mut ChanRun, link: &mut Link, si: u32) {
-    if let Link::Shm(l) = link {
-        c.acks.push_back((l.remote_sent(), si));
+/// peer has copied it. Returns `false` when the link has no single copy
+/// (then the send is complete now).
+pub(super) fn sent(c: &mut ChanRun, link: &mut dyn Link, si: u32) -> bool {
+    match link.single_copy_mut() {
+        Some(s) => {
+            c.acks.push_back((s.sent(), si));
+            true
+        }
+        None => false,
     }
 }
 
 /// Whether the oldest outstanding single-copy send has been copied.
-pub(super) fn acked(c: &ChanRun, link: &Link) -> bool {
-    c.acks.front().is_some_and(|&(ticket, _)| link.remote_acked() >= ticket)
+pub(super) fn acked(c: &ChanRun, link: &dyn Link) -> bool {
+    c.acks.front().is_some_and(|&(ticket, _)| link.single_copy().is_some_and(|s| s.acked() >= ticket))
 }
 
 /// Completes the single-copy sends the peer has copied. Returns whether any
 /// did.
-pub(super) fn settle(c: &mut ChanRun, link: &Link, send_done: &mut [bool]) -> bool {
+pub(super) fn settle(c: &mut ChanRun, link: &dyn Link, send_done: &mut [bool]) -> bool {
     let Some(&(ticket, _)) = c.acks.front() else { return false };
-    let acked = link.remote_acked();
+    let acked = link.single_copy().map_or(0, |s| s.acked());
     if acked < ticket {
         return false;
     }
@@ -64,9 +69,11 @@ pub(super) fn settle(c: &mut ChanRun, link: &Link, send_done: &mut [bool]) -> bo
 
 /// Gives up on the channel's outstanding single-copy sends: the plan
 /// failed while the peer may still copy from our buffers.
-pub(super) fn abandon(c: &mut ChanRun, link: &Link) {
+pub(super) fn abandon(c: &mut ChanRun, link: &dyn Link) {
     if !c.acks.is_empty() {
-        link.abandon_remote();
+        if let Some(s) = link.single_copy() {
+            s.abandon();
+        }
         c.acks.clear();
     }
 }
@@ -77,27 +84,28 @@ pub(super) fn abandon(c: &mut ChanRun, link: &Link) {
 /// it. Returns whether the frame is complete.
 pub(super) fn recv(
     c: &mut ChanRun,
-    link: &mut Link,
+    link: &mut dyn Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     op: &OpInfo,
     moved: &mut bool,
 ) -> Result<bool> {
     let peer = link.peer();
-    let Link::Shm(l) = link else {
+    if link.single_copy().is_none() {
         let detail = "a single-copy frame arrived on a link that is not shared memory".to_string();
         return Err(Error::PeerProtocol { peer, detail });
-    };
+    }
     let inc = &mut c.st.inc;
     let addr_end = HEADER_LEN + ADDR_LEN;
     while inc.off < addr_end {
-        let n = l.try_read(&mut inc.addr[inc.off - HEADER_LEN..]).map_err(|e| lost(peer, op, &e.to_string()))?;
-        if n == 0 {
-            return Ok(false);
+        match link.try_read(&mut inc.addr[inc.off - HEADER_LEN..]).map_err(|e| lost(peer, op, &e.to_string()))? {
+            ReadOutcome::Data(n) => inc.off += n,
+            ReadOutcome::WouldBlock => return Ok(false),
+            ReadOutcome::Closed => return Err(lost(peer, op, "the peer closed the connection in a single-copy frame")),
         }
         *moved = true;
-        inc.off += n;
     }
+    let Some(l) = link.single_copy_mut() else { unreachable!("checked above") };
     let addr = u64::from_le_bytes(inc.addr);
     let failed = |e: std::io::Error| lost(peer, op, &format!("copying from its memory failed: {e}"));
     let left = item.region.len - inc.remote_got;

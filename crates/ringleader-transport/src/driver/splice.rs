@@ -19,17 +19,34 @@ use std::io::IoSlice;
 
 /// Whether a frame of `len` bytes from a buffer no receive of the plan
 /// writes may be spliced on `link`, with splicing from `min` bytes on.
-pub(super) fn allowed(link: &mut Link, min: Option<usize>, len: usize) -> bool {
-    min.is_some_and(|min| len >= min) && link.can_splice()
+pub(super) fn allowed(link: &mut dyn Link, min: Option<usize>, len: usize) -> bool {
+    min.is_some_and(|min| len >= min) && link.splice().is_some_and(|s| s.available())
 }
 
 /// [`super::frame_io::write_frame`] for a spliced frame: the header and
 /// padding are copied into the socket, the payload goes by reference.
-pub(super) fn write_frame(link: &mut Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
+#[allow(unsafe_code)]
+pub(super) fn write_frame(
+    link: &mut dyn Link,
+    hdr: &[u8; HEADER_LEN],
+    data: &[u8],
+    off: usize,
+) -> std::io::Result<usize> {
     if off < HEADER_LEN {
         link.try_write(&[IoSlice::new(&hdr[off..])])
     } else if off < HEADER_LEN + data.len() {
-        link.try_splice(&data[off - HEADER_LEN..])
+        let rest = &data[off - HEADER_LEN..];
+        match link.splice() {
+            // SAFETY: `data` is a region of a buffer the caller lends for
+            // the whole run, that no receive of the plan writes (only such
+            // sends are spliced: `SendPolicy::payload`), and a run ends only
+            // once the peer has acknowledged every spliced frame
+            // (`ChanRun::finished` waits for `unacked == 0`). A run that
+            // fails stops waiting, but a failed run leaves its links in the
+            // middle of frames: they carry no data again.
+            Some(s) => unsafe { s.try_splice(rest) },
+            None => link.try_write(&[IoSlice::new(rest)]),
+        }
     } else {
         link.try_write(&[IoSlice::new(&PAD[off - HEADER_LEN - data.len()..pad(data.len())])])
     }
@@ -44,7 +61,7 @@ pub(super) fn owe(c: &mut ChanRun, op: &OpInfo, tag: u32) {
 /// Writes the acknowledgements `c` owes its peer, between frames only.
 /// Returns whether the channel may go on to its data frames (nothing owed
 /// is left half written).
-pub(super) fn write_owed(c: &mut ChanRun, link: &mut Link, moved: &mut bool) -> std::io::Result<bool> {
+pub(super) fn write_owed(c: &mut ChanRun, link: &mut dyn Link, moved: &mut bool) -> std::io::Result<bool> {
     if c.st.out.off != 0 {
         return Ok(true);
     }
@@ -80,7 +97,7 @@ pub(super) fn take_ack(c: &mut ChanRun, h: &FrameHeader, peer: Rank) -> Result<b
 
 /// Reads acknowledgements once every receive of the channel is done: all
 /// that can still come from the peer in this plan.
-pub(super) fn read_trailing_acks(c: &mut ChanRun, link: &mut Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
+pub(super) fn read_trailing_acks(c: &mut ChanRun, link: &mut dyn Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
     while c.st.unacked > 0 {
         let inc = &mut c.st.inc;
         let n = read_some(link, &mut inc.hdr[inc.off..], op, inc.off)?;

@@ -23,14 +23,14 @@ use ringleader_core::Result;
 /// stores when `streaming`). Returns whether the payload is complete.
 pub(super) fn copy(
     c: &mut ChanRun,
-    link: &mut Link,
+    link: &mut dyn Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     op: &OpInfo,
     streaming: bool,
     moved: &mut bool,
 ) -> Result<bool> {
-    if streaming && !link.is_shm() {
+    if streaming && link.mapped().is_none() {
         return copy_staged(c, link, bufs, item, op, moved);
     }
     let inc = &mut c.st.inc;
@@ -52,7 +52,7 @@ pub(super) fn copy(
 /// first.
 fn copy_staged(
     c: &mut ChanRun,
-    link: &mut Link,
+    link: &mut dyn Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     op: &OpInfo,
@@ -82,7 +82,7 @@ fn copy_staged(
 /// buffer. Returns whether the payload is complete.
 pub(super) fn reduce(
     c: &mut ChanRun,
-    link: &mut Link,
+    link: &mut dyn Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     with: Option<Region>,
@@ -98,7 +98,9 @@ pub(super) fn reduce(
                 return Ok(true);
             }
             // Only whole elements are taken; a half-written one waits.
-            let r = link.read_in_place(item.region.len - got, &mut |data| {
+            let peer = link.peer();
+            let Some(mapped) = link.mapped() else { break };
+            let r = mapped.read_in_place(item.region.len - got, &mut |data| {
                 let whole = data.len() / esz * esz;
                 if whole > 0 {
                     reduce_piece(bufs, item, with, got, &data[..whole], op);
@@ -106,13 +108,12 @@ pub(super) fn reduce(
                 whole
             });
             match r {
-                Some(Ok(0)) => return Ok(false),
-                Some(Ok(n)) => {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
                     *moved = true;
                     inc.off += n;
                 }
-                Some(Err(e)) => return Err(super::frame_io::lost(link.peer(), op, &format!("receiving failed: {e}"))),
-                None => break,
+                Err(e) => return Err(super::frame_io::lost(peer, op, &format!("receiving failed: {e}"))),
             }
         }
     }

@@ -2,6 +2,7 @@
 //! in one process, exercising single copy, splicing and their failure paths.
 
 use super::*;
+use crate::link::AnyLink;
 use crate::plan::{RecvMode, Region};
 use crate::shm::{test_pair, ShmLink, Waiter};
 use ringleader_core::{DType, Error, Fingerprint, OpKind};
@@ -16,7 +17,7 @@ fn op() -> OpInfo {
 /// One rank of a shared-memory pair: its driver, links and buffers.
 struct Side {
     driver: Driver,
-    links: Vec<Vec<Link>>,
+    links: Vec<Vec<AnyLink>>,
     abort: AbortSignal,
 }
 
@@ -25,8 +26,8 @@ fn side(me: Rank, link: ShmLink, waiter: Waiter) -> Side {
     let abort = AbortSignal::new().unwrap();
     waiter.wake_on(&abort);
     driver.set_shm(waiter, Idle::Spin(Duration::from_micros(20)));
-    let mut links = vec![Vec::new(), Vec::new()];
-    links[1 - me] = vec![Link::Shm(link)];
+    let mut links: Vec<Vec<AnyLink>> = vec![Vec::new(), Vec::new()];
+    links[1 - me] = vec![Box::new(link)];
     Side { driver, links, abort }
 }
 
@@ -38,10 +39,8 @@ impl Side {
     }
 
     fn acked(&self) -> u64 {
-        match self.links.iter().flatten().next() {
-            Some(Link::Shm(l)) => l.remote_acked(),
-            _ => unreachable!(),
-        }
+        let link = self.links.iter().flatten().next().expect("one link");
+        link.single_copy().expect("shared memory").acked()
     }
 }
 
@@ -108,8 +107,8 @@ fn large_frames_between_busy_ranks_go_single_copy_copied_and_reduced() {
 fn tcp_side(me: Rank, link: crate::tcp::TcpLink) -> Side {
     let mut driver = Driver::new();
     driver.set_splice_min(Some(64 << 10));
-    let mut links = vec![Vec::new(), Vec::new()];
-    links[1 - me] = vec![Link::Tcp(link)];
+    let mut links: Vec<Vec<AnyLink>> = vec![Vec::new(), Vec::new()];
+    links[1 - me] = vec![Box::new(link)];
     Side { driver, links, abort: AbortSignal::new().unwrap() }
 }
 

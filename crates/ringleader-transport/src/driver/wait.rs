@@ -131,9 +131,9 @@ impl<'a> Sleeper<'a> {
     }
 
     /// Also wakes when `link` can move in the directions `want`.
-    pub(crate) fn link(&mut self, link: &'a Link, want: PollFlags) {
-        match link.fd() {
-            Some(fd) => self.fds.push(PollFd::from_borrowed_fd(fd, link.poll_events(want))),
+    pub(crate) fn link(&mut self, link: &'a dyn Link, want: PollFlags) {
+        match link.wake().poll_fd(want) {
+            Some(fd) => self.fds.push(fd),
             None => self.doorbell = true,
         }
     }
@@ -210,7 +210,7 @@ impl Driver {
                 }
             }
             if !flags.is_empty() {
-                sleeper.link(&links[ci / streams][ci % streams], flags);
+                sleeper.link(&*links[ci / streams][ci % streams], flags);
             }
         }
         waiting_for.sort_unstable();
@@ -240,11 +240,11 @@ impl Driver {
     fn doorbell_ready(&self, links: &Links, plan: &Plan, streams: usize) -> bool {
         self.active.iter().any(|&ci| {
             let c = &self.chans[ci];
-            let link = &links[ci / streams][ci % streams];
+            let link = &*links[ci / streams][ci % streams];
             let send = c.sends.get(c.st.send_pos).is_some_and(|&si| {
-                plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.shm_ready(true)
+                plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.ready(true)
             });
-            let recv = c.recvs.get(c.st.recv_pos).is_some_and(|_| link.shm_ready(false));
+            let recv = c.recvs.get(c.st.recv_pos).is_some_and(|_| link.ready(false));
             send || recv || super::single_copy::acked(c, link)
         })
     }
