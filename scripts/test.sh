@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, docs, and every test (unit,
-# simulator, multi-process over real sockets, launcher, store). Installs what
-# it needs. Usage: scripts/test.sh
+# The whole test suite: formatting, lints, docs, every test (unit,
+# simulator, multi-process over real sockets, launcher, store), and a
+# bounded fuzzing run of every fuzz target (scripts/fuzz.sh; skipped with a
+# message without a nightly toolchain). Installs what it needs.
+# Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -44,5 +46,8 @@ timeout 300 cargo test --release -p ringleader-cli --features cuda,rdma --bin ri
 
 echo "== python (numpy, torch backend, seed scripts)"
 ffi/python/tests/run.sh
+
+echo "== fuzz (each target for ${RINGLEADER_FUZZ_SECS:-25} s: store codec and state machine, data-frame and hello decoders)"
+scripts/fuzz.sh
 
 echo "== all tests passed in $(( $(date +%s) - start )) s"

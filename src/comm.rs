@@ -158,6 +158,7 @@ impl Communicator {
         if let Some(a) = &cfg.algo {
             ringleader_core::config::parse_algo(a)?;
         }
+        ringleader_core::config::check_run_id("RINGLEADER_RUN_ID", &cfg.run_id)?;
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         // One more link per pair than the collectives use: the last is the
         // lane for sends and receives.
@@ -581,7 +582,7 @@ impl Communicator {
         }
         // Calls on other threads still use the caller's buffers and this
         // communicator: let them end (the abort ends them promptly).
-        let limit = sh.cfg.timeout + Duration::from_secs(5);
+        let limit = sh.cfg.timeout + crate::watchdog::BACKSTOP;
         if !sh.wait_calls_done(limit) {
             crate::log::warn(
                 &sh.cfg,
@@ -627,7 +628,7 @@ impl Communicator {
         let deadline = Instant::now() + STORE_LINGER;
         let mut store = sh.store.lock();
         while Instant::now() < deadline {
-            match store.status(None, Duration::from_millis(200)) {
+            match store.status(None, Duration::from_millis(200)).map(|s| crate::failure::ours(s, sh.world)) {
                 Ok(s) if s.ranks.iter().filter(|r| r.rank != sh.rank).all(|r| r.liveness != Liveness::Connected) => {
                     break
                 }

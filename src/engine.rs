@@ -16,6 +16,7 @@
 
 use crate::algo::{self, Coll, Shape};
 use crate::rendezvous::PeerInfo;
+use crate::watchdog;
 use crate::work::Completion;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::fault::{self, Point};
@@ -326,8 +327,8 @@ impl Shared {
         let inline = sync && !s.busy && s.queue.is_empty();
         let record = if inline { self.fr.record_started(req.fp, seq, 0) } else { self.fr.record(req.fp, seq, 0) };
         let timeout = match req.task {
-            Task::MonitoredBarrier { timeout, .. } => self.cfg.timeout.max(timeout + Duration::from_secs(5)),
-            Task::Coll(_) => self.cfg.timeout,
+            Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
+            Task::Coll(_) => watchdog::op_timeout(self.cfg.timeout, None),
         };
         let mut job = Job {
             task: req.task,
@@ -387,7 +388,7 @@ impl Shared {
     /// the watchdog (which bounds every operation by its timeout).
     pub(crate) fn wait_limit(&self) -> Duration {
         let t = Duration::from_millis(self.op_timeout_ms.load(Ordering::Relaxed)).max(self.cfg.timeout);
-        t * 2 + Duration::from_secs(30)
+        watchdog::completion_limit(t)
     }
 
     /// Waits for a queued operation whose buffers the caller lends. The
@@ -554,7 +555,7 @@ impl Shared {
             copy_region(&mut bufs, from, to);
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
-        let deadline = Instant::now() + job.timeout + Duration::from_secs(5);
+        let deadline = Instant::now() + job.timeout + watchdog::BACKSTOP;
         let watch = Watch { abort: &self.abort, deadline: Some(deadline), awaited: &self.awaited };
         driver.run(links, &mut bufs, plan, &op, &watch)?;
         if let Some(a) = prep.avg {

@@ -80,8 +80,7 @@ impl Shared {
                 .as_ref()
                 .and_then(|p| p.parent())
                 .map_or(String::new(), |d| format!(", and `ringleader analyze {}`", d.display()));
-            let of_group = self.cfg.group.as_ref().map_or(String::new(), |g| format!(" of {g}"));
-            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}"), &of_group));
+            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}")));
         }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
@@ -118,7 +117,7 @@ impl Shared {
         if let Some(d) = agreed(&mut store)? {
             return Ok(d);
         }
-        let status = gather(&mut store, self.rank)?;
+        let status = gather(&mut store, self.rank, self.world)?;
         if let Some(d) = agreed(&mut store)? {
             return Ok(d);
         }
@@ -174,7 +173,7 @@ impl Shared {
         let mut snap = self.snapshot(observation);
         snap.verdict = diagnosis.cloned();
         if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
-            if let Ok(status) = store.status(None, Duration::ZERO) {
+            if let Ok(status) = store.status(None, Duration::ZERO).map(|s| ours(s, self.world)) {
                 if let Ok(ev) = evidence(&mut store, &status, self.world, None) {
                     snap.job = ev.peers;
                 }
@@ -204,6 +203,15 @@ impl Shared {
     }
 }
 
+/// The job's status with only this communicator's ranks: a process that
+/// joined the store as a rank outside the world (a stranger, on a store
+/// without a token) is nobody these ranks wait for, so it neither aborts
+/// their collectives nor delays their verdict.
+pub(crate) fn ours(mut status: JobStatus, world: usize) -> JobStatus {
+    status.ranks.retain(|r| r.rank < world);
+    status
+}
+
 /// The verdict some rank already offered, if any.
 fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
     Ok(store.try_get(keys::VERDICT)?.and_then(|v| serde_json::from_slice(&v).ok()))
@@ -214,10 +222,10 @@ fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
 /// returns the job status at that point. A live rank that has not reached it
 /// yet is given the rest of the wait to get there: its call's fingerprint
 /// may be what decides who is to blame.
-fn gather(store: &mut StoreClient, me: usize) -> Result<JobStatus, Error> {
+fn gather(store: &mut StoreClient, me: usize, world: usize) -> Result<JobStatus, Error> {
     let deadline = Instant::now() + GATHER;
     loop {
-        let status = store.status(None, Duration::ZERO)?;
+        let status = ours(store.status(None, Duration::ZERO)?, world);
         let snaps: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
             .into_iter()
             .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())

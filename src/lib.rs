@@ -40,6 +40,7 @@ mod pidwatch;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;
+mod watchdog;
 mod work;
 
 pub use comm::{Call, Communicator, RawOp};

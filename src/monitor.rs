@@ -17,6 +17,7 @@ use crate::engine::Shared;
 use crate::failure::AbortRecord;
 use crate::log;
 use crate::pidwatch::PidWatch;
+use crate::watchdog::{Action, Watchdog};
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Config, Error, Fingerprint, Rank};
@@ -62,16 +63,6 @@ fn globals(cfg: &Config, rs: &[Rank]) -> Vec<Rank> {
     rs.iter().map(|&r| cfg.global(r)).collect()
 }
 
-/// Stall-warning state of the operation being watched.
-#[derive(Debug, Default)]
-struct Watch {
-    /// (collective seq, fingerprint) being watched.
-    op: Option<(u64, Fingerprint)>,
-    next_warn: Duration,
-    warned: bool,
-    late: Vec<Rank>,
-}
-
 struct Monitor {
     shared: Arc<Shared>,
     /// Raised by SIGUSR1: write a dump.
@@ -86,7 +77,9 @@ struct Monitor {
     last_status: Option<JobStatus>,
     published: bool,
     dump_counter: Option<Vec<u8>>,
-    watch: Watch,
+    dog: Watchdog,
+    /// The ranks the last stall warning named as late.
+    late: Vec<Rank>,
     pids: PidWatch,
 }
 
@@ -104,6 +97,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 // KeyboardInterrupt still happens), they do not replace it.
                 signal_ids.extend(signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone()));
             }
+            let stall_warn = shared.cfg.stall_warn;
             Monitor {
                 shared,
                 sigusr1,
@@ -116,7 +110,8 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 last_status: None,
                 published: false,
                 dump_counter: None,
-                watch: Watch::default(),
+                dog: Watchdog::new(stall_warn),
+                late: Vec::new(),
                 pids,
             }
             .run()
@@ -176,6 +171,7 @@ impl Monitor {
         match store.status(self.generation, TICK) {
             Ok(status) => {
                 self.generation = Some(status.generation);
+                let status = crate::failure::ours(status, self.shared.world);
                 self.news(&status);
                 self.last_status = Some(status);
             }
@@ -369,32 +365,21 @@ impl Monitor {
     }
 
     /// Stall warnings and the hard timeout of the running operation.
+    /// Feeds the watchdog the running operation and carries out its action.
     fn watchdog(&mut self) {
         let sh = self.shared.clone();
-        let running = *sh.current.lock();
-        let p = sh.fr.progress();
-        if running != self.watch.op {
-            if self.watch.warned {
-                if let Some((seq, fp)) = self.watch.op {
-                    self.report_completion(seq, fp);
-                }
-            }
-            self.watch = Watch { op: running, next_warn: sh.cfg.stall_warn, ..Watch::default() };
-        }
-        let Some((seq, fp)) = running else { return };
-        let since = p.running_since.load(Ordering::Relaxed);
-        let age = Duration::from_nanos(ringleader_diag::clock::Reader::new().age_ns(since));
+        let running = sh.current.lock().map(|(seq, fp)| {
+            let since = sh.fr.progress().running_since.load(Ordering::Relaxed);
+            (seq, fp, Duration::from_nanos(ringleader_diag::clock::Reader::new().age_ns(since)))
+        });
         let timeout = Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed));
-        if age >= timeout {
-            if !sh.abort.is_aborted() {
+        match self.dog.poll(running, timeout, sh.abort.is_aborted()) {
+            Some(Action::Expire { seq, fp, age }) => {
                 sh.abort.abort(Error::Timeout { op: fp.op, seq, waited: age, awaited: sh.awaited.ranks() });
             }
-            return;
-        }
-        if age >= self.watch.next_warn && !sh.abort.is_aborted() {
-            self.warn_stall(seq, fp, age);
-            self.watch.warned = true;
-            self.watch.next_warn = age * 2;
+            Some(Action::Stall { seq, fp, age, left }) => self.warn_stall(seq, fp, age, left),
+            Some(Action::Recovered { seq, fp }) => self.report_completion(seq, fp),
+            None => {}
         }
     }
 
@@ -414,11 +399,11 @@ impl Monitor {
         }
     }
 
-    fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration) {
+    fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration, left: Duration) {
         let sh = &self.shared;
         let awaited = sh.awaited.ranks();
-        let mut outside = Vec::new();
-        let mut notes = Vec::new();
+        // Ranks that have not entered it, by the last collective each completed.
+        let mut outside: Vec<(u64, Rank)> = Vec::new();
         if let Some(status) = &self.last_status {
             for r in &status.ranks {
                 if r.rank == sh.rank {
@@ -429,16 +414,18 @@ impl Monitor {
                 };
                 let inside = b.running.as_ref().is_some_and(|x| x.seq == seq);
                 if seq > 0 && !inside && b.last_completed < seq {
-                    outside.push(r.rank);
-                    notes.push(format!(
-                        "rank {} has not entered it (last completed #{})",
-                        sh.cfg.global(r.rank),
-                        b.last_completed
-                    ));
+                    outside.push((b.last_completed, r.rank));
                 }
             }
         }
-        self.watch.late = if outside.is_empty() { awaited.clone() } else { outside };
+        outside.sort_unstable();
+        let mut notes = Vec::new();
+        for chunk in outside.chunk_by(|a, b| a.0 == b.0).take(4) {
+            let ranks: Vec<Rank> = chunk.iter().map(|&(_, r)| sh.cfg.global(r)).collect();
+            let has = if ranks.len() == 1 { "has" } else { "have" };
+            notes.push(format!("{} {has} not entered it (last completed #{})", fmt_ranks(&ranks), chunk[0].0));
+        }
+        self.late = if outside.is_empty() { awaited.clone() } else { outside.iter().map(|&(_, r)| r).collect() };
         let mut msg = format!("[straggler] {} has waited {:.1} s", self.label(seq, fp), age.as_secs_f64());
         if !notes.is_empty() {
             msg += &format!(": {}", notes.join(", "));
@@ -446,10 +433,7 @@ impl Monitor {
         if !awaited.is_empty() {
             msg += &format!("; waiting for data from {}", fmt_ranks(&globals(&sh.cfg, &awaited)));
         }
-        msg += &format!(
-            " (timeout in {:.0} s)",
-            (Duration::from_millis(sh.op_timeout_ms.load(Ordering::Relaxed)).saturating_sub(age)).as_secs_f64()
-        );
+        msg += &format!(" (timeout in {:.0} s)", left.as_secs_f64());
         log::warn(&sh.cfg, &msg);
     }
 
@@ -458,10 +442,10 @@ impl Monitor {
         if sh.abort.is_aborted() {
             return;
         }
-        let who = if self.watch.late.is_empty() {
+        let who = if self.late.is_empty() {
             String::new()
         } else {
-            format!("; {} arrived late", fmt_ranks(&globals(&sh.cfg, &self.watch.late)))
+            format!("; {} arrived late", fmt_ranks(&globals(&sh.cfg, &self.late)))
         };
         log::warn(&sh.cfg, &format!("[straggler] {} completed after a stall{who}", self.label(seq, fp)));
     }

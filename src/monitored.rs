@@ -6,6 +6,12 @@
 //! a data link where the next collective would trip over it, the
 //! communicator stays usable after a failure, and it works the same over
 //! every transport.
+//!
+//! Its keys (`rl/mb/{seq}/...`) are deleted by rank 0 once every rank has
+//! arrived at a later monitored barrier: each rank then has read the
+//! earlier results, so nobody needs them any more (late arrivals at a
+//! failed barrier included). At most one barrier's keys (world size + 1)
+//! stay in the store.
 
 use crate::engine::{Job, Shared};
 use crate::failure::evidence;
@@ -37,6 +43,7 @@ impl Shared {
         match store.wait(&refs, deadline.saturating_duration_since(Instant::now())) {
             Ok(()) => {
                 store.set(&keys::monitored_barrier(seq, "result"), OK)?;
+                forget_earlier(store, seq)?;
                 return Ok(());
             }
             Err(Error::StoreTimeout { .. }) => {}
@@ -58,6 +65,7 @@ impl Shared {
         let headline = format!("{who} {list} failed to pass monitored_barrier in {ms} ms{}", self.of_group());
         let details = match store
             .status(None, Duration::ZERO)
+            .map(|s| crate::failure::ours(s, self.world))
             .and_then(|s| evidence(store, &s, self.world, self.cfg.group.clone()))
         {
             Ok(ev) => {
@@ -127,6 +135,17 @@ impl Shared {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Deletes the keys of every monitored barrier before `seq`: every rank has
+/// arrived at `seq`, so each has read their results.
+fn forget_earlier(store: &mut StoreClient, seq: u64) -> Result<()> {
+    for key in store.keys_with_prefix(keys::MONITORED_BARRIER_PREFIX)? {
+        if keys::monitored_barrier_seq(&key).is_some_and(|s| s < seq) {
+            store.delete(&key)?;
+        }
+    }
+    Ok(())
 }
 
 /// The ranks named in rank 0's report (`Ranks 1, 3 failed ...`).

@@ -252,7 +252,9 @@ impl Lane {
         }
         if let Some((j, since)) = self.oldest() {
             let waited = since.elapsed();
-            if waited >= sh.cfg.timeout {
+            // The lane is the watchdog of its own operations (the monitor
+            // watches the collective engine).
+            if waited >= crate::watchdog::op_timeout(sh.cfg.timeout, None) {
                 let e = Error::Timeout { op: j.fp.op, seq: j.seq, waited, awaited: vec![j.peer] };
                 return Err((j.record, e));
             }

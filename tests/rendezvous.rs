@@ -120,6 +120,20 @@ fn disagreeing_world_sizes_are_named_per_rank() {
 }
 
 #[test]
+fn a_run_id_over_the_limit_fails_at_init_naming_the_variable() {
+    // Before, ranks cut long run ids at 256 characters in the data-plane
+    // handshake and refused each other as foreign; now init says why.
+    let long = "r".repeat(300);
+    let spec = JobSpec::new(2, "join").env("RINGLEADER_RUN_ID", &long).limit(30);
+    for o in &run(spec) {
+        let e = err_of(o);
+        assert_eq!(e.kind, "invalid-argument", "{}", e.message);
+        assert!(e.message.contains("RINGLEADER_RUN_ID") && e.message.contains("256 bytes"), "{}", e.message);
+        assert!(e.elapsed_ms < 2000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+#[test]
 fn two_processes_claiming_one_rank_is_duplicate_rank() {
     let spec = JobSpec::new(3, "join")
         .env("RINGLEADER_INIT_TIMEOUT", "3")
@@ -214,4 +228,27 @@ fn abort_wakes_a_blocked_collective_within_100_ms() {
     assert_eq!(e.kind, "aborted", "{}", e.message);
     assert!(e.message.contains("called abort: test"), "{}", e.message);
     assert!(e.at_ms - aborted_at < 100, "woke {} ms after the abort", e.at_ms - aborted_at);
+}
+
+#[test]
+fn two_processes_started_as_rank_0_on_one_host_are_duplicate_rank_naming_both() {
+    // Both processes of ranks "0" host the store on MASTER_PORT: the second
+    // finds the port taken by the first one's store, joins it as rank 0, and
+    // both, like rank 1, learn that rank 0 is claimed twice (not port-in-use
+    // on one side and rendezvous-incomplete on the other).
+    let spec = JobSpec::new(3, "join")
+        .rank0_hosts_store()
+        .env("RINGLEADER_INIT_TIMEOUT", "5")
+        .per_rank(|r| if r == 2 { vec![("RANK".into(), "0".into())] } else { vec![] })
+        .limit(30);
+    let job = start(&spec);
+    let (p0, p2) = (job.pid(0), job.pid(2));
+    let outs = job.finish();
+    for o in [&outs[0], &outs[2]] {
+        let e = err_of(o);
+        assert_eq!(e.kind, "duplicate-rank", "{}", e.message);
+        assert_eq!(e.ranks, vec![0], "{}", e.message);
+        assert!(e.message.contains(&format!("pid {p0}")) && e.message.contains(&format!("pid {p2}")), "{}", e.message);
+        assert!(e.elapsed_ms < 5000, "took {} ms: {}", e.elapsed_ms, e.message);
+    }
 }

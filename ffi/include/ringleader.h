@@ -539,7 +539,7 @@ int64_t rl_last_error_seq(void);
 int rl_last_error_op(void);
 
 // Starts a store server on `bind_addr` (`host:port`; port 0 picks a free
-// one, e.g. `"0.0.0.0:0"`) for run `run_id` (NULL: any run) that admits
+// one, e.g. `"0.0.0.0:0"`) for run `run_id` (NULL: any run, several side by side) that admits
 // only clients knowing `token` (NULL: anyone). `*out` receives the handle.
 //
 // # Safety

@@ -30,6 +30,8 @@ mod report;
 #[cfg(test)]
 mod sim;
 mod sizes;
+
+pub(crate) use sizes::parse_size;
 mod worker;
 
 use bench::Average;

@@ -1,8 +1,9 @@
 //! `ringleader status --store HOST:PORT`: a live view of a running job
 //! (docs/DESIGN.md §3), read from its store.
 //!
-//! It connects as a [`Role::Tool`] (which never counts as a member and may
-//! watch any run with the run id `*`) and prints, per rank, what the store
+//! It connects as a [`Role::Tool`] (which never counts as a member, writes
+//! only dump requests, and may name the run `*`: the store's only run) and
+//! prints, per rank, what the store
 //! knows: host, pid, whether its member connection is alive, the age of its
 //! last heartbeat, and what the heartbeat says it is doing (a
 //! [`Beat`]: the collective it is in, for how long, whom it awaits, the last
@@ -74,7 +75,8 @@ pub(crate) struct StatusArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) store: Option<String>,
 
-    /// Run id of the job (`*`: whichever run the store serves).
+    /// Run id of the job (`*`: whichever run the store serves; a standalone
+    /// store serving several asks for the id).
     #[arg(long, default_value = "*", value_name = "ID")]
     pub(crate) run_id: String,
 

@@ -5,11 +5,21 @@
 //! Like the ranks, `launch` and `status`, it reads the shared secret from
 //! RINGLEADER_TOKEN (or the variable `--token-env` names) and says at start-up
 //! whether one is in force, never what it is.
+//!
+//! With the default `--run-id *` it serves several jobs side by side: each
+//! run id gets its own keys, ranks, abort record and verdict, created when
+//! its first rank connects and dropped ten minutes after its last
+//! connection closed; `ringleader status --run-id ID` views one (plain
+//! `status` works while there is only one). What it holds is bounded
+//! (`--max-memory`, and the store crate's `Limits`), and it raises its own
+//! limit of open files to the hard limit, so that the connection limit that
+//! follows the jobs' world sizes is what bounds connections.
 
 use crate::error::{CliError, Result};
 use crate::signals::{signal_name, BlockedSignals};
 use clap::Args;
 use ringleader_core::config::join_host_port;
+use ringleader_store::{ServerOptions, StoreServer};
 use std::io::Write as _;
 use std::sync::mpsc;
 
@@ -24,9 +34,18 @@ pub(crate) struct StoreArgs {
     #[arg(long, default_value = "0.0.0.0", value_name = "H")]
     pub(crate) host: String,
 
-    /// Accept only clients of this run (`*`: any run).
+    /// Accept only clients of this run (`*`: any run, several side by side,
+    /// each with keys, ranks and verdict of its own).
     #[arg(long, default_value = "*", value_name = "ID")]
     pub(crate) run_id: String,
+
+    /// Memory the store may hold for its runs in all, and each run at most:
+    /// keys, values, rank records, parked waits (K, M, G: powers of 1024).
+    /// Writes past it are refused with an error naming the budget. Answers
+    /// on their way out (at most 1G) and large requests being read (at most
+    /// 512M) come on top.
+    #[arg(long, default_value = "2G", value_parser = crate::perf::parse_size, value_name = "SIZE")]
+    pub(crate) max_memory: u64,
 
     /// Name of the environment variable that holds the shared secret clients
     /// must present (it must then be set) [default: RINGLEADER_TOKEN, when
@@ -78,7 +97,12 @@ fn serve(args: StoreArgs) -> Result<()> {
     let token = token(args.token_env.as_deref())?;
     let addr = join_host_port(&args.host, args.port);
     let var = token.as_ref().map(|(_, var)| var.clone());
-    let server = crate::launch::host_store(&addr, &args.run_id, token.map(|(t, _)| t))?;
+    raise_open_files();
+    let mut opts = ServerOptions::new(args.run_id.clone());
+    opts.token = token.map(|(t, _)| t);
+    opts.limits.store_bytes = args.max_memory;
+    opts.limits.run_bytes = args.max_memory.min(opts.limits.run_bytes);
+    let server = StoreServer::bind(&addr, opts)?;
     // The first line stays `... listening on HOST:PORT` alone: scripts read
     // the port from it, and may close the pipe then (hence no panic on a
     // failed write, as println! would).
@@ -103,4 +127,17 @@ fn serve(args: StoreArgs) -> Result<()> {
     }
     server.shutdown();
     Ok(())
+}
+
+/// Raises this process's soft limit of open files to the hard limit (best
+/// effort): the store's own limits decide how many connections it keeps.
+fn raise_open_files() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(%e, "cannot raise the limit of open files");
+        }
+    }
 }

@@ -167,6 +167,36 @@ pub const DEFAULT_SHM_SINGLE_COPY: usize = 1 << 20;
 /// the copy into the socket that splicing saves.
 pub const DEFAULT_TCP_SPLICE: usize = 256 << 10;
 
+/// Longest run id, in bytes (`RINGLEADER_RUN_ID`): the store and the
+/// data-plane handshake carry it, and both refuse longer ones.
+pub const MAX_RUN_ID: usize = 256;
+
+/// Refuses a run id that ranks could not agree on: empty, longer than
+/// [`MAX_RUN_ID`] bytes, or `*` (which names "any run" to the store's
+/// tools). `var` names where it came from, for the message.
+///
+/// ```
+/// use ringleader_core::config::check_run_id;
+/// assert!(check_run_id("RINGLEADER_RUN_ID", "job-42").is_ok());
+/// let e = check_run_id("RINGLEADER_RUN_ID", &"x".repeat(300)).unwrap_err();
+/// assert!(e.to_string().contains("RINGLEADER_RUN_ID") && e.to_string().contains("256"));
+/// ```
+pub fn check_run_id(var: &str, id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid(var, "the run id is empty"));
+    }
+    if id.len() > MAX_RUN_ID {
+        return Err(Error::invalid(
+            var,
+            format!("the run id is {} bytes long, over the limit of {MAX_RUN_ID} bytes", id.len()),
+        ));
+    }
+    if id == "*" {
+        return Err(Error::invalid(var, "`*` is not a run id (it means \"any run\" to the store's tools)"));
+    }
+    Ok(())
+}
+
 impl Config {
     /// This rank's number in the job: `rank`, or its global rank when the
     /// communicator spans a sub-group ([`Config::group`]).
@@ -325,12 +355,11 @@ impl Config {
         if let Some(a) = env.get("RINGLEADER_STORE_ADDR").filter(|s| !s.is_empty()) {
             self.store_addr = Some(a);
         }
-        if let Some(id) = env
-            .get("RINGLEADER_RUN_ID")
-            .or_else(|| env.get("TORCHELASTIC_RUN_ID"))
-            .or_else(|| env.get("SLURM_JOB_ID"))
-            .filter(|s| !s.is_empty())
-        {
+        let run_id = ["RINGLEADER_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]
+            .into_iter()
+            .find_map(|var| env.get(var).filter(|s| !s.is_empty()).map(|id| (var, id)));
+        if let Some((var, id)) = run_id {
+            check_run_id(var, &id)?;
             self.run_id = id;
         }
         if let Some(v) = env.get("RINGLEADER_TEST_ADVERTISE_VERSION") {
@@ -733,6 +762,23 @@ mod tests {
         let err = with("rign").unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err.to_string().contains("RINGLEADER_ALGO") && err.to_string().contains("\"rign\""), "{err}");
+    }
+
+    #[test]
+    fn a_run_id_over_the_limit_is_refused_naming_its_variable() {
+        let with = |var: &str, id: &str| {
+            let pairs = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1"), (var, id)];
+            Config::discover(&Explicit::default(), env(&pairs))
+        };
+        let longest = "r".repeat(MAX_RUN_ID);
+        assert_eq!(with("RINGLEADER_RUN_ID", &longest).unwrap().run_id, longest);
+        for var in ["RINGLEADER_RUN_ID", "TORCHELASTIC_RUN_ID"] {
+            let err = with(var, &"r".repeat(MAX_RUN_ID + 1)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            let s = err.to_string();
+            assert!(s.contains(var) && s.contains("257 bytes") && s.contains("256 bytes"), "{s}");
+        }
+        assert!(with("RINGLEADER_RUN_ID", "*").is_err());
     }
 
     #[test]

@@ -198,8 +198,8 @@ impl fmt::Display for Unreachable {
 ///     summary: None,
 /// };
 /// assert!(d.to_string().starts_with("[peer-died] rank 1 died"));
-/// let short = Diagnosis { summary: Some(d.summary_pointing_to("rank 0's output", "")), ..d };
-/// assert_eq!(short.to_string(), "[peer-died] rank 1 at fault in all_reduce #7; the whole verdict: rank 0's output");
+/// let short = Diagnosis { summary: Some(d.summary_pointing_to("rank 0's output")), ..d };
+/// assert_eq!(short.to_string(), "[peer-died] rank 1 died during all_reduce #7; the whole verdict: rank 0's output");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
@@ -226,18 +226,12 @@ pub struct Diagnosis {
 }
 
 impl Diagnosis {
-    /// The one-line summary: the culprits, the operation (`of_group`
-    /// follows its label), and `whole_at`, where the whole verdict is.
-    pub fn summary_pointing_to(&self, whole_at: &str, of_group: &str) -> String {
-        let blamed = match self.culprits.len() {
-            0 => "no rank known to be".to_string(),
-            _ => fmt_ranks(&self.culprits),
-        };
-        let what = match (self.op, self.seq) {
-            (Some(op), Some(seq)) => format!("{op} #{seq}"),
-            _ => "the operation".into(),
-        };
-        format!("{blamed} at fault in {what}{of_group}; the whole verdict: {whole_at}")
+    /// The one-line summary: the headline (the culprits, the operation and
+    /// the cause, bounded whatever the world size) and `whole_at`, where the
+    /// whole verdict is.
+    pub fn summary_pointing_to(&self, whole_at: &str) -> String {
+        let headline = self.headline.lines().next().unwrap_or_default();
+        format!("{headline}; the whole verdict: {whole_at}")
     }
 }
 

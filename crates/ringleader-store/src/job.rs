@@ -20,11 +20,14 @@ pub enum Role {
     /// When it closes without [`StoreClient::leave`](crate::StoreClient::leave),
     /// the rank is [`Liveness::Vanished`].
     Member,
-    /// Any other connection of a rank (a helper thread's, say). Does not count
-    /// for liveness.
+    /// Any other connection: of a rank (a helper thread's, say; it names
+    /// the rank, and acts as the rank while its member connection is
+    /// connected), of a launcher or of a user program. Does not count for
+    /// liveness.
     Aux,
-    /// A viewer such as `ringleader status`. Never counts for liveness, and
-    /// may use the run id `*` to watch any run.
+    /// A viewer such as `ringleader status`. Never counts for liveness,
+    /// writes only what tools record (see the crate docs), and may use the
+    /// run id `*` for the store's run (the only one of a store of any run).
     Tool,
 }
 

@@ -1,6 +1,8 @@
 //! The store keys ringleader itself uses, in one place, so the runtime, the
 //! launcher and the tools agree on them. Everything lives under `rl/`;
-//! user programs sharing the store should stay out of that prefix.
+//! user programs sharing the store should stay out of that prefix: the store
+//! lets only a job's ranks write there, and launchers and tools the few keys
+//! [`tool_may_write`] names.
 
 use ringleader_core::Rank;
 
@@ -53,8 +55,24 @@ pub const EXIT_PREFIX: &str = "rl/exit/";
 pub const DUMP_REQUEST: &str = "rl/dump_request";
 
 /// Keys of monitored barrier number `seq`: arrivals and rank 0's result.
+/// Once every rank arrived at a later monitored barrier (and so has read
+/// this one's result), rank 0 deletes them.
 pub fn monitored_barrier(seq: u64, what: &str) -> String {
-    format!("rl/mb/{seq}/{what}")
+    format!("{MONITORED_BARRIER_PREFIX}{seq}/{what}")
+}
+
+/// Prefix of every monitored barrier's keys.
+pub const MONITORED_BARRIER_PREFIX: &str = "rl/mb/";
+
+/// The barrier number a monitored barrier's key belongs to.
+///
+/// ```
+/// use ringleader_store::keys;
+/// assert_eq!(keys::monitored_barrier_seq(&keys::monitored_barrier(7, "arrived/2")), Some(7));
+/// assert_eq!(keys::monitored_barrier_seq("rl/verdict"), None);
+/// ```
+pub fn monitored_barrier_seq(key: &str) -> Option<u64> {
+    key.strip_prefix(MONITORED_BARRIER_PREFIX)?.split('/').next()?.parse().ok()
 }
 
 /// A rank's outcome of the data-plane preflight at init (JSON: the pairs it
@@ -89,7 +107,7 @@ pub const CONFLICT_PREFIX: &str = "rl/conflict/";
 /// assert_eq!(ringleader_store::keys::doctor("probe", 1), "rl/doctor/probe/1");
 /// ```
 pub fn doctor(what: &str, node: usize) -> String {
-    format!("rl/doctor/{what}/{node}")
+    format!("{DOCTOR_PREFIX}{what}/{node}")
 }
 
 /// Set by every `ringleader launch` that records exit records in this store:
@@ -110,3 +128,25 @@ pub fn rdma(r: Rank) -> String {
 
 /// Prefix of every RDMA endpoint record.
 pub const RDMA_PREFIX: &str = "rl/rdma/";
+
+/// Prefix of the doctors' reports ([`doctor`]).
+pub const DOCTOR_PREFIX: &str = "rl/doctor/";
+
+/// Whether a connection that is not one of the job's ranks (a launcher, a
+/// tool such as `ringleader status`, a doctor, a process the store refused
+/// as a duplicate rank) may write `key`: how ranks ended ([`EXIT_PREFIX`]),
+/// that a launcher records them ([`LAUNCHER`]), dump requests
+/// ([`DUMP_REQUEST`]), duplicate-rank notes ([`CONFLICT_PREFIX`]) and the
+/// doctors' reports ([`DOCTOR_PREFIX`]). Every other key under [`PREFIX`]
+/// is the ranks' own.
+///
+/// ```
+/// use ringleader_store::keys;
+/// assert!(keys::tool_may_write(&keys::exit(3)) && keys::tool_may_write(keys::DUMP_REQUEST));
+/// assert!(!keys::tool_may_write(keys::VERDICT) && !keys::tool_may_write(&keys::rank(0)));
+/// ```
+pub fn tool_may_write(key: &str) -> bool {
+    [EXIT_PREFIX, CONFLICT_PREFIX, DOCTOR_PREFIX].iter().any(|p| key.starts_with(p))
+        || key == LAUNCHER
+        || key == DUMP_REQUEST
+}

@@ -324,10 +324,14 @@ fn a_status_poll_that_times_out_answers_the_status() {
 fn the_first_abort_record_wins_and_wakes_watchers() {
     within(LIMIT, || {
         let (_server, addr) = server();
+        let mut c = StoreClient::connect(&addr, opts().member(0, 2)).unwrap();
         let mut watcher = client(&addr);
-        let poll = std::thread::spawn(move || watcher.status(Some(0), Duration::from_secs(5)));
+        let seen = watcher.status(None, Duration::ZERO).unwrap().generation;
+        let poll = std::thread::spawn(move || watcher.status(Some(seen), Duration::from_secs(5)));
         std::thread::sleep(Duration::from_millis(100));
-        let mut c = client(&addr);
+        // Only a job's ranks abort it.
+        let err = client(&addr).abort_job(b"a stranger says stop").unwrap_err();
+        assert!(err.to_string().contains("may not abort the job"), "{err}");
         assert!(c.abort_job(b"rank 1 died in all_reduce #3").unwrap());
         assert!(!c.abort_job(b"rank 2 timed out").unwrap());
         let status = poll.join().unwrap().unwrap();

@@ -14,8 +14,9 @@ use sha2::Sha256;
 
 const MAGIC: u32 = 0x484c_4452; // "RDLH" read little endian
 const CHALLENGE_MAGIC: u32 = 0x4843_4c52; // "RLCH" read little endian
-/// Longest run id accepted on the wire.
-pub const MAX_RUN_ID: usize = 256;
+/// Longest run id accepted on the wire, in bytes (init refuses longer ones,
+/// see [`ringleader_core::config::check_run_id`]).
+pub const MAX_RUN_ID: usize = ringleader_core::config::MAX_RUN_ID;
 /// Bytes of a challenge's nonce.
 pub const NONCE_LEN: usize = 16;
 
@@ -172,7 +173,7 @@ impl Hello {
             dst,
             stream,
             world,
-            run_id: run_id.chars().take(MAX_RUN_ID).collect(),
+            run_id: run_id.to_string(),
             mac: [0; 32],
         };
         h.mac = h.compute_mac(token, nonce);
@@ -227,7 +228,7 @@ impl Hello {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
         let run_len = u16_at(19) as usize;
-        if run_len > MAX_RUN_ID * 4 {
+        if run_len > MAX_RUN_ID {
             return Err(HelloError::TooLong(run_len));
         }
         if b.len() < FIXED + run_len {
@@ -305,6 +306,34 @@ mod tests {
             framed.extend_from_slice(&bytes);
             let _ = Hello::decode(&framed);
             let _ = Challenge::decode(&bytes);
+        }
+    }
+
+    /// Regenerates the fuzz target's seeds: `cargo test -p ringleader-transport write_hello_seeds -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_hello_seeds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hello");
+        std::fs::create_dir_all(&dir).unwrap();
+        let hellos = [
+            Hello::new("run-1", 1, 0, 0, 2, None, &[7; NONCE_LEN]),
+            Hello::new("a-longer-run-id-with-ünïcode", 7, 3, 15, 8, Some("secret"), &[7; NONCE_LEN]),
+            Hello::new(&"r".repeat(MAX_RUN_ID), 0, 1, 1, 2, Some("t"), &[7; NONCE_LEN]),
+        ];
+        for (i, h) in hellos.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i:02}")), h.encode()).unwrap();
+        }
+    }
+
+    /// The committed seeds decode: the fuzzer starts from valid hellos.
+    #[test]
+    fn the_seed_corpus_decodes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hello");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        for entry in entries {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            let (h, used) = Hello::decode(&data).unwrap().unwrap();
+            assert_eq!((h.encode(), used), (data.clone(), data.len()));
         }
     }
 }

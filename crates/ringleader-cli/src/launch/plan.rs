@@ -173,6 +173,7 @@ impl Plan {
             (_, None, MasterPort::Fixed(p)) if multi => derived_run_id(&master_addr, p),
             _ => fresh_run_id(),
         };
+        ringleader_core::config::check_run_id("--run-id", &run_id)?;
         let note = slurm.as_ref().map(|s| s.describe(args, nnodes, node_rank, &master_addr, master_port, nproc));
         Ok(Plan {
             nproc_per_node: nproc,

@@ -85,6 +85,16 @@ impl Running {
         self.stdout_lines.recv_timeout(limit).ok().map(|l| l.trim_end_matches('\n').to_string())
     }
 
+    /// How long since it started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `sig` to it (not to its process group).
     pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.

@@ -9,7 +9,7 @@
 use super::channel::{pause, Channel, Failure};
 use super::ClientOptions;
 use crate::auth::{self, Transcript};
-use crate::codec::{self, Challenge, ClientMsg, Hello, ServerMsg, Welcome, MAGIC, PROTOCOL_VERSION};
+use crate::codec::{self, Challenge, ClientMsg, Hello, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
 use crate::job::Role;
 use ringleader_core::{Error, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -67,8 +67,11 @@ fn validate(addr: &str, opts: &ClientOptions) -> Result<()> {
     if !matches!(port, Some(Ok(p)) if p != 0) {
         return Err(Error::invalid("store address", format!("{addr:?} is not HOST:PORT")));
     }
-    if opts.role == Role::Member && opts.rank.is_none() {
-        return Err(Error::invalid("rank", "a member connection must name its rank"));
+    if opts.role == Role::Member && (opts.rank.is_none() || opts.world_size.is_none()) {
+        return Err(Error::invalid("rank", "a member connection must name its rank and the world size"));
+    }
+    if !(opts.role == Role::Tool && opts.run_id == "*") {
+        ringleader_core::config::check_run_id("run id", &opts.run_id)?;
     }
     for (what, n) in [("rank", opts.rank), ("world_size", opts.world_size)] {
         if n.is_some_and(|n| u32::try_from(n).is_err()) {
@@ -133,6 +136,10 @@ fn handshake(mut channel: Channel, addr: &str, opts: &ClientOptions) -> Result<C
     let reply = sent.and_then(|()| channel.recv(deadline, codec::decode_server));
     let welcome = match reply.map_err(|f| after_hello(f, addr))? {
         ServerMsg::Welcome(w) => w,
+        // Full for now (connections, runs): like a store not up yet.
+        ServerMsg::Reject(WireError::Busy { detail }) => {
+            return Err(Attempt::Retry(format!("the store is busy: {detail}")))
+        }
         ServerMsg::Reject(reason) => return Err(Attempt::Fatal(reason.into_error(addr))),
         other => return Err(protocol(addr, format!("answered our hello with {}", super::brief(&other)))),
     };
@@ -166,6 +173,9 @@ fn greeting(channel: &mut Channel, addr: &str) -> Result<Challenge, Attempt> {
 fn after_hello(f: Failure, addr: &str) -> Attempt {
     match f {
         Failure::Aborted(e) => Attempt::Fatal(e),
+        // A store closes connections that wait too long for their hello
+        // (it answers `busy` first, but our hello may cross that): retry.
+        Failure::Closed => Attempt::Retry("the store closed the connection during the handshake".into()),
         Failure::Deadline => protocol(addr, format!("did not answer our hello within {GREETING_TIMEOUT:?}")),
         other => protocol(addr, format!("the handshake failed: {}", describe(other))),
     }

@@ -39,8 +39,9 @@ const WAIT_GRACE: Duration = Duration::from_secs(2);
 /// ```
 #[derive(Clone)]
 pub struct ClientOptions {
-    /// The job's run id; a store of another run refuses us with [`Error::ForeignRun`].
-    /// A [`Role::Tool`] may use `*` to watch any run.
+    /// The job's run id (at most 256 bytes); a store of another run refuses
+    /// us with [`Error::ForeignRun`]. A [`Role::Tool`] may use `*` for the
+    /// store's run (a store serving several runs then asks for the id).
     pub run_id: String,
     /// Shared secret (`RINGLEADER_TOKEN`). Never sent: both sides prove they know it.
     pub token: Option<String>,

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 /// The server's first message. `magic`, `protocol_version` and
 /// `library_version` come first in every protocol version, so that peers of
-/// different versions can always name the mismatch.
+/// different versions can always name the mismatch. It says nothing about
+/// the runs the store serves: whoever connects gets it before proving
+/// anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Challenge {
     pub(crate) magic: u32,
     pub(crate) protocol_version: u16,
     pub(crate) library_version: String,
-    pub(crate) run_id: String,
     pub(crate) nonce: [u8; 32],
 }
 
@@ -76,6 +77,11 @@ pub(crate) enum WireError {
     },
     /// Anything else the client could not have prevented.
     Protocol {
+        detail: String,
+    },
+    /// The store cannot take this connection now (too many connections, too
+    /// many runs); trying again later may succeed.
+    Busy {
         detail: String,
     },
 }
@@ -213,7 +219,6 @@ impl Challenge {
         e.u32(self.magic)?;
         e.u16(self.protocol_version)?;
         e.str("library version", &self.library_version, MAX_TEXT)?;
-        e.str("run id", &self.run_id, MAX_TEXT)?;
         e.array32(&self.nonce)?;
         Ok(())
     }
@@ -223,7 +228,6 @@ impl Challenge {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
             library_version: d.string("library version", MAX_TEXT)?,
-            run_id: d.string("run id", MAX_TEXT)?,
             nonce: d.array32("nonce")?,
         })
     }
@@ -235,7 +239,6 @@ impl Challenge {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
             library_version: d.string("library version", MAX_TEXT).unwrap_or_else(|_| "an unknown version".into()),
-            run_id: String::new(),
             nonce: [0; 32],
         };
         d.skip_rest();
@@ -334,6 +337,10 @@ impl WireError {
                 e.u8(6)?;
                 e.str("detail", detail, MAX_TEXT)
             }
+            WireError::Busy { detail } => {
+                e.u8(7)?;
+                e.str("detail", detail, MAX_TEXT)
+            }
         }
     }
 
@@ -351,6 +358,7 @@ impl WireError {
             }
             5 => WireError::InvalidArgument { what: text(d, "what")?, detail: text(d, "detail")? },
             6 => WireError::Protocol { detail: text(d, "detail")? },
+            7 => WireError::Busy { detail: text(d, "detail")? },
             tag => return Err(CodecError::UnknownTag { what: "error kind", tag }),
         })
     }
@@ -369,7 +377,7 @@ impl WireError {
                 Error::DuplicateRank { rank: rank as usize, first, second }
             }
             WireError::InvalidArgument { what, detail } => Error::InvalidArgument { what, detail },
-            WireError::Protocol { detail } => Error::StoreProtocol { addr, detail },
+            WireError::Protocol { detail } | WireError::Busy { detail } => Error::StoreProtocol { addr, detail },
         }
     }
 }

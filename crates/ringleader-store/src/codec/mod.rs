@@ -23,8 +23,9 @@ use wire::{Dec, Enc};
 /// "RLST" on the wire: the first four payload bytes after the tag of a
 /// challenge or hello.
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"RLST");
-/// Bumped whenever an encoding changes incompatibly.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+/// Bumped whenever an encoding changes incompatibly (2: the challenge no
+/// longer carries the store's run id; the `busy` refusal).
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 /// Largest payload of one frame.
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 /// Largest key (and key prefix).
@@ -36,8 +37,9 @@ pub(crate) const MAX_VALUE: usize = 128 << 20;
 /// Largest free text (host names, versions, run ids, error details).
 pub(crate) const MAX_TEXT: usize = 64 << 10;
 /// Largest frame accepted before the handshake is done: a stranger gets no
-/// more than this much of our memory.
-pub(crate) const MAX_HANDSHAKE_FRAME: usize = 256 << 10;
+/// more than this much of our memory (a hello's fields are bounded far
+/// below it, see the state's admission checks).
+pub(crate) const MAX_HANDSHAKE_FRAME: usize = 16 << 10;
 
 const HEADER: usize = 4;
 

@@ -6,13 +6,7 @@ use std::mem::discriminant;
 use std::time::Duration;
 
 fn challenge() -> Challenge {
-    Challenge {
-        magic: MAGIC,
-        protocol_version: PROTOCOL_VERSION,
-        library_version: "0.1.0".into(),
-        run_id: "job-42".into(),
-        nonce: [7; 32],
-    }
+    Challenge { magic: MAGIC, protocol_version: PROTOCOL_VERSION, library_version: "0.1.0".into(), nonce: [7; 32] }
 }
 
 fn hello() -> Hello {
@@ -68,6 +62,7 @@ fn wire_errors() -> Vec<WireError> {
         WireError::DuplicateRank { rank: 2, first: "a pid 1".into(), second: "b pid 2".into() },
         WireError::InvalidArgument { what: "key".into(), detail: "not a number".into() },
         WireError::Protocol { detail: "odd".into() },
+        WireError::Busy { detail: "too many connections".into() },
     ]
 }
 
@@ -154,7 +149,7 @@ fn kinds<T>(items: &[T]) -> usize {
 fn samples_cover_every_variant() {
     assert_eq!(kinds(&requests()), 17);
     assert_eq!(kinds(&responses()), 11);
-    assert_eq!(kinds(&wire_errors()), 6);
+    assert_eq!(kinds(&wire_errors()), 7);
 }
 
 fn all_frames() -> Vec<Vec<u8>> {

@@ -5,23 +5,54 @@
 //! how the store learns that a rank died, and a rank blocked in `get` is
 //! exactly the one whose death matters. Reading and writing share one task
 //! (a `select!` that prefers writing), so a peer that stops reading stops
-//! being read too, which bounds what queues up for it.
+//! being read too, which bounds what queues up for it; what the state
+//! queued for it is weighed out again as it is written
+//! (`ServerState::written`). A frame over [`SMALL_FRAME`] is read only
+//! once it has room in the store-wide input budget ([`InputBudget`]).
+//!
+//! How long a connection may take to say hello is the state's business: it
+//! sends a refusal when the time is up, which ends this task.
 
 use super::runtime::Event;
 use crate::codec::{self, ClientMsg, Response, ServerMsg, WireError};
-use crate::state::ConnId;
+use crate::state::{weight, ConnId};
 use bytes::{Buf, BytesMut};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-/// A client that connects must say hello within this time.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read buffer growth step.
 const READ_CHUNK: usize = 64 << 10;
+/// Frames up to this size are read without asking the input budget (every
+/// request ringleader itself sends is far smaller).
+pub(super) const SMALL_FRAME: usize = 64 << 10;
+/// The input budget's unit.
+const KIB: usize = 1 << 10;
+
+/// Room for large frames being read, over every connection, in KiB.
+#[derive(Debug, Clone)]
+pub(super) struct InputBudget(Arc<Semaphore>, u32);
+
+impl InputBudget {
+    pub(super) fn new(bytes: u64) -> InputBudget {
+        let kib = (bytes / KIB as u64).clamp(1, Semaphore::MAX_PERMITS as u64).min(u64::from(u32::MAX)) as u32;
+        InputBudget(Arc::new(Semaphore::new(kib as usize)), kib)
+    }
+
+    /// Waits for room for a frame of `len` bytes (all of the budget for a
+    /// frame larger than it).
+    async fn room(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(len.div_ceil(KIB)).unwrap_or(u32::MAX).min(self.1);
+        self.0.clone().acquire_many_owned(kib).await.ok()
+    }
+}
+
+/// Bytes gathered into one write, beyond the first message.
+const WRITE_BATCH: usize = 1 << 20;
 
 /// Why a connection ended.
 #[derive(Debug)]
@@ -39,7 +70,7 @@ pub(super) async fn run(
     stream: TcpStream,
     peer: SocketAddr,
     events: mpsc::Sender<Event>,
-    _permit: OwnedSemaphorePermit,
+    input: InputBudget,
 ) {
     let span = tracing::info_span!("store_conn", conn = conn.0, %peer, rank = tracing::field::Empty);
     async move {
@@ -48,8 +79,16 @@ pub(super) async fn run(
         if events.send(Event::Opened { conn, outbox }).await.is_err() {
             return;
         }
-        let mut c =
-            Connection { conn, stream, events: &events, rbuf: BytesMut::new(), wbuf: Vec::new(), greeted: false };
+        let mut c = Connection {
+            conn,
+            stream,
+            events: &events,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            greeted: false,
+            input,
+            room: None,
+        };
         match c.serve(answers).await {
             End::Failed(why) => tracing::warn!(%why, "store connection dropped"),
             end => tracing::debug!(?end, "store connection ended"),
@@ -87,12 +126,16 @@ struct Connection<'a> {
     wbuf: Vec<u8>,
     /// Whether the hello arrived (later frames are requests).
     greeted: bool,
+    input: InputBudget,
+    /// The input budget's room taken for the large frame at the head of
+    /// `rbuf`, handed to the actor with it.
+    room: Option<OwnedSemaphorePermit>,
 }
 
 impl Connection<'_> {
     async fn serve(&mut self, mut answers: mpsc::UnboundedReceiver<ServerMsg>) -> End {
-        let hello_by = tokio::time::Instant::now() + HELLO_TIMEOUT;
         loop {
+            self.take_input_room().await;
             self.make_room();
             tokio::select! {
                 biased;
@@ -113,10 +156,16 @@ impl Connection<'_> {
                     }
                     Err(e) => return End::Failed(format!("read failed: {e}")),
                 },
-                () = tokio::time::sleep_until(hello_by), if !self.greeted => {
-                    return End::Failed(format!("no hello within {HELLO_TIMEOUT:?}"));
-                }
             }
+        }
+    }
+
+    /// Before the body of a large frame is read: waits for its room in the
+    /// input budget.
+    async fn take_input_room(&mut self) {
+        let Some(len) = codec::declared_len(&self.rbuf) else { return };
+        if self.room.is_none() && self.greeted && len > SMALL_FRAME && len <= codec::MAX_FRAME {
+            self.room = self.input.room(len).await;
         }
     }
 
@@ -148,6 +197,10 @@ impl Connection<'_> {
             return Ok(None);
         };
         self.rbuf.advance(used);
+        if self.rbuf.is_empty() && self.rbuf.capacity() > READ_CHUNK * 16 {
+            // After a large frame: give its memory back.
+            self.rbuf = BytesMut::new();
+        }
         let conn = self.conn;
         match (msg, self.greeted) {
             (ClientMsg::Hello(hello), false) => {
@@ -157,7 +210,9 @@ impl Connection<'_> {
                 }
                 Ok(Some(Event::Hello { conn, hello }))
             }
-            (ClientMsg::Request { id, req }, true) => Ok(Some(Event::Request { conn, id, req })),
+            (ClientMsg::Request { id, req }, true) => {
+                Ok(Some(Event::Request { conn, id, req, input: self.room.take() }))
+            }
             (msg, _) => Err(End::Failed(format!("unexpected {msg:?}"))),
         }
     }
@@ -166,12 +221,22 @@ impl Connection<'_> {
     /// connection after a rejection.
     async fn write(&mut self, msg: ServerMsg, answers: &mut mpsc::UnboundedReceiver<ServerMsg>) -> Option<End> {
         self.wbuf.clear();
+        let mut weighs = weight(&msg);
         let mut rejected = self.encode(msg);
-        while let Ok(more) = answers.try_recv() {
+        // Up to a few frames at a time: the weights go back once written.
+        while self.wbuf.len() < WRITE_BATCH {
+            let Ok(more) = answers.try_recv() else { break };
+            weighs += weight(&more);
             rejected |= self.encode(more);
         }
         if let Err(e) = self.stream.write_all(&self.wbuf).await {
             return Some(End::Failed(format!("write failed: {e}")));
+        }
+        if self.wbuf.capacity() > WRITE_BATCH {
+            self.wbuf = Vec::new();
+        }
+        if weighs > 0 && self.events.send(Event::Written { conn: self.conn, weight: weighs }).await.is_err() {
+            return Some(End::Shutdown);
         }
         rejected.then_some(End::Rejected)
     }

@@ -1,11 +1,17 @@
 //! The store server: a thin tokio layer around the sans-IO server state
 //! machine (the crate's `state` module).
 //!
-//! Built the mini-redis way: an accept loop capped by a semaphore (so a
-//! connection storm cannot exhaust descriptors) that backs off when `accept`
+//! Built the mini-redis way: an accept loop that backs off when `accept`
 //! fails, one task per connection that decodes frames and writes answers, and
 //! one actor task that owns the state, so no lock is ever held across an
-//! await. Deadlines of parked waits come from `ServerState::poll_timeout`.
+//! await. Deadlines (parked waits, overdue hellos, idle runs) come from
+//! `ServerState::poll_timeout`. Which connections stay open is the state's
+//! decision (it caps those waiting for their hello and closes the oldest,
+//! and admits others by the runs' world sizes), so a storm of silent
+//! sockets cannot hold the door shut. Frames over 64 KiB wait for room in a
+//! store-wide budget of input bytes before they are read, and answers are
+//! weighed out as they are written, so that what a connection has queued
+//! stays bounded.
 //!
 //! The server runs on its own thread with a current-thread runtime: it must
 //! keep answering while the thread that started it (rank 0's training loop)
@@ -19,13 +25,14 @@ mod runtime;
 
 pub use holder::port_holder;
 
+use crate::state::Limits;
 use ringleader_core::{Error, Result};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
-/// Who the server admits.
+/// Who the server admits, and how much it lets them use.
 ///
 /// ```
 /// use ringleader_store::ServerOptions;
@@ -36,17 +43,20 @@ use tokio::sync::oneshot;
 #[derive(Clone)]
 pub struct ServerOptions {
     /// The run this store serves; clients of another run are refused with
-    /// [`Error::ForeignRun`]. `*` accepts any run (the standalone
-    /// `ringleader store`).
+    /// [`Error::ForeignRun`]. `*` serves any number of runs side by side,
+    /// each created when its first rank connects, each with its own keys,
+    /// ranks and abort record (the standalone `ringleader store`).
     pub run_id: String,
     /// Shared secret every client must prove it knows; `None` admits anyone.
     pub token: Option<String>,
+    /// Budgets and caps (see [`Limits`]).
+    pub limits: Limits,
 }
 
 impl ServerOptions {
-    /// A server for `run_id`, without a token.
+    /// A server for `run_id`, without a token, with the default limits.
     pub fn new(run_id: impl Into<String>) -> ServerOptions {
-        ServerOptions { run_id: run_id.into(), token: None }
+        ServerOptions { run_id: run_id.into(), token: None, limits: Limits::default() }
     }
 }
 
@@ -55,6 +65,7 @@ impl fmt::Debug for ServerOptions {
         f.debug_struct("ServerOptions")
             .field("run_id", &self.run_id)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -88,6 +99,9 @@ impl StoreServer {
     /// it where `/proc` shows it; an address that cannot be bound for
     /// another reason is [`Error::InvalidArgument`].
     pub fn bind(addr: &str, opts: ServerOptions) -> Result<StoreServer> {
+        if opts.run_id != "*" {
+            ringleader_core::config::check_run_id("run id", &opts.run_id)?;
+        }
         let listener = bind_listener(addr)?;
         let local = listener.local_addr().map_err(|e| bad_addr(addr, e))?;
         listener.set_nonblocking(true).map_err(|e| bad_addr(addr, e))?;

@@ -7,13 +7,10 @@ use crate::codec::{Hello, Request, ServerMsg};
 use crate::state::{ConnId, Outbox, ServerState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
-/// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 4096;
 /// Events queued for the actor before connection tasks wait (backpressure).
 const EVENT_QUEUE: usize = 1024;
 const FIRST_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
@@ -35,6 +32,14 @@ pub(super) enum Event {
         conn: ConnId,
         id: u64,
         req: Request,
+        /// The room a large frame took in the input budget, returned once
+        /// the state has the request.
+        input: Option<OwnedSemaphorePermit>,
+    },
+    /// Answers weighing this much in all left for the socket.
+    Written {
+        conn: ConnId,
+        weight: u64,
     },
     /// The connection ended, for whatever reason.
     Closed {
@@ -53,26 +58,22 @@ pub(super) async fn serve(listener: std::net::TcpListener, opts: ServerOptions, 
         }
     };
     let (events, inbox) = mpsc::channel(EVENT_QUEUE);
-    let state = ServerState::new(&opts.run_id, opts.token.as_deref());
+    let input = connection::InputBudget::new(opts.limits.input_bytes);
+    let state = ServerState::new(&opts.run_id, opts.token.as_deref(), opts.limits);
     tokio::spawn(actor(state, inbox));
     tokio::select! {
-        () = accept_loop(listener, events) => {}
+        () = accept_loop(listener, events, input) => {}
         _ = stop => tracing::info!("store shutting down"),
     }
 }
 
-async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+/// Accepts every connection: the state decides which stay (it closes the
+/// oldest of too many that have not said hello, and refuses what is over
+/// its limits), so the door is never held shut by idle sockets.
+async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, input: connection::InputBudget) {
     for n in 1.. {
-        let permit = match limit.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                tracing::warn!(MAX_CONNECTIONS, "store connection limit reached; new connections wait");
-                limit.clone().acquire_owned().await.expect("the semaphore is never closed")
-            }
-        };
         let (stream, peer) = accept(&listener).await;
-        tokio::spawn(connection::run(ConnId(n), stream, peer, events.clone(), permit));
+        tokio::spawn(connection::run(ConnId(n), stream, peer, events.clone(), input.clone()));
     }
 }
 
@@ -123,10 +124,19 @@ fn apply(
     match event {
         Event::Opened { conn, outbox } => {
             routes.insert(conn, outbox);
-            state.connection_opened(conn, auth::nonce())
+            state.connection_opened(conn, auth::nonce(), now)
         }
         Event::Hello { conn, hello } => state.handle_hello(conn, hello, now),
-        Event::Request { conn, id, req } => state.handle(conn, id, req, now),
+        Event::Request { conn, id, req, input } => {
+            let out = state.handle(conn, id, req, now);
+            // The state holds the bytes now (counted in its budget).
+            drop(input);
+            out
+        }
+        Event::Written { conn, weight } => {
+            state.written(conn, weight);
+            Outbox::new()
+        }
         Event::Closed { conn } => {
             routes.remove(&conn);
             state.connection_closed(conn, now)

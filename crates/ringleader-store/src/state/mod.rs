@@ -1,32 +1,42 @@
 //! The store server as a sans-IO state machine, in the style of quinn-proto.
 //!
-//! [`ServerState`] owns the key-value map, the parked waits and the liveness
-//! table. It does no IO and reads no clock: the caller passes `now` to every
-//! call and takes the messages to send out of its return value (possibly to
-//! *other* connections, whose waits a write just completed). The IO layer
-//! drives it like this:
+//! [`ServerState`] owns the runs (each with its key-value map, parked waits
+//! and liveness table), the connections and every budget. It does no IO and
+//! reads no clock: the caller passes `now` to every call and takes the
+//! messages to send out of its return value (possibly to *other*
+//! connections, whose waits a write just completed). The IO layer drives it
+//! like this:
 //!
-//! 1. [`ServerState::connection_opened`] on accept; send the challenge it returns.
-//! 2. [`ServerState::handle_hello`] with the client's first frame;
-//!    a [`ServerMsg::Reject`] among the output means: send it, then close.
+//! 1. [`ServerState::connection_opened`] on accept; send what it returns
+//!    (the challenge, and perhaps a refusal to the oldest pending connection).
+//! 2. [`ServerState::handle_hello`] with the client's first frame.
 //! 3. [`ServerState::handle`] for every request after that.
-//! 4. [`ServerState::connection_closed`] when the socket closes, for any reason.
-//! 5. Whenever [`ServerState::poll_timeout`] passes, [`ServerState::handle_timeout`].
+//! 4. [`ServerState::written`] once answers left for the socket, with their
+//!    [`weight`], so that what is queued for a connection stays bounded.
+//! 5. [`ServerState::connection_closed`] when the socket closes, for any reason.
+//! 6. Whenever [`ServerState::poll_timeout`] passes, [`ServerState::handle_timeout`].
+//!
+//! A [`ServerMsg::Reject`] in the output means: send it, then close.
 //!
 //! Because time is an argument, the tests drive expiry with a synthetic
-//! clock and never sleep.
+//! clock and never sleep; the fuzz target drives random request sequences
+//! through it and checks [`ServerState::check_invariants`] after each step.
 
+pub(crate) mod fuzz;
+mod limits;
 mod membership;
+mod ops;
+mod run;
 mod waiters;
 
-use crate::codec::{Request, Response, ServerMsg, WireError, MAX_VALUE};
-use crate::job::JobStatus;
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Bound;
-use std::time::{Duration, Instant};
-use waiters::{WaitKind, Waiter, Waiters};
+pub use limits::Limits;
 
-use membership::MAX_ABORT_RECORD;
+use crate::codec::{Response, ServerMsg, WireError};
+use membership::Conn;
+use ops::Cx;
+use run::Run;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
 
 /// Identifies one connection for the lifetime of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,303 +45,302 @@ pub(crate) struct ConnId(pub(crate) u64);
 /// Messages to send, in order, each to its connection.
 pub(crate) type Outbox = Vec<(ConnId, ServerMsg)>;
 
+/// Fixed part of an answer's weight (at least its framing).
+pub(super) const BASE: u64 = 64;
+/// Weight per item of a list in an answer, beside the item's bytes (at least
+/// its length prefix).
+pub(super) const ITEM: u64 = 8;
+
 /// The whole server, minus the sockets.
 #[derive(Debug)]
 pub(crate) struct ServerState {
-    /// The run this store serves; `*` accepts any.
-    run_id: String,
+    /// The one run this store serves; `None`: any run, each created when
+    /// its first member or helper arrives.
+    serves: Option<String>,
     token: Option<String>,
-    data: BTreeMap<String, Vec<u8>>,
-    conns: HashMap<ConnId, membership::Conn>,
-    ranks: BTreeMap<u32, membership::RankEntry>,
-    waiters: Waiters,
-    /// Counts job events; status long-polls wait for it to pass theirs.
-    generation: u64,
-    abort: Option<Vec<u8>>,
+    limits: Limits,
+    conns: HashMap<ConnId, Conn>,
+    /// Connections waiting for their hello, oldest first, with their deadline.
+    pending: BTreeMap<ConnId, Instant>,
+    runs: HashMap<String, Run>,
+    /// Bytes charged over every run.
+    used: u64,
+    /// Bytes of answers queued over every connection.
+    queued: u64,
+    /// Admitted connections other than the ranks' own (members, helpers).
+    others: usize,
+    /// When each of those is closed for silence.
+    idle: BTreeSet<(Instant, ConnId)>,
 }
 
 impl ServerState {
-    pub(crate) fn new(run_id: &str, token: Option<&str>) -> Self {
+    /// A server for `run_id` (`*`: any run), admitting only clients that
+    /// prove they know `token`, if one is given.
+    pub(crate) fn new(run_id: &str, token: Option<&str>, limits: Limits) -> Self {
+        let serves = (run_id != "*").then(|| run_id.to_string());
+        let runs = serves.iter().map(|id| (id.clone(), Run::default())).collect();
         ServerState {
-            run_id: run_id.to_string(),
+            serves,
             token: token.map(str::to_string),
-            data: BTreeMap::new(),
+            limits,
             conns: HashMap::new(),
-            ranks: BTreeMap::new(),
-            waiters: Waiters::default(),
-            generation: 0,
-            abort: None,
+            pending: BTreeMap::new(),
+            runs,
+            used: 0,
+            queued: 0,
+            others: 0,
+            idle: BTreeSet::new(),
         }
     }
 
-    /// Handles one request of a connection that completed its handshake;
-    /// requests of other connections are dropped.
-    pub(crate) fn handle(&mut self, conn: ConnId, id: u64, req: Request, now: Instant) -> Outbox {
-        if !self.is_ready(conn) {
+    /// Handles one request of an admitted connection; requests of other
+    /// connections are dropped.
+    pub(crate) fn handle(&mut self, conn: ConnId, id: u64, req: crate::codec::Request, now: Instant) -> Outbox {
+        let Some(Conn::Ready(session)) = self.conns.get(&conn) else {
             return Outbox::new();
-        }
+        };
+        let (run, access) = (session.run.clone(), session.access);
+        self.touch(conn, now);
+        let Some(mut cx) = self.cx(&run, now) else {
+            return Outbox::new();
+        };
         let mut out = Outbox::new();
-        if let Some(resp) = self.apply(Caller { conn, id, now }, req, &mut out) {
-            out.insert(0, (conn, ServerMsg::Response { id, resp }));
+        let answer = match membership::permits(access, &req) {
+            Err(refused) => Some(Response::Error(refused)),
+            Ok(()) => cx.apply(conn, id, req, &mut out),
+        };
+        if let Some(resp) = answer {
+            let mut first = Outbox::new();
+            cx.deliver(conn, id, resp, &mut first);
+            first.append(&mut out);
+            out = first;
         }
         out
     }
 
-    /// The earliest deadline of a parked wait.
+    /// The connection's socket took answers weighing `weight` in all (the
+    /// sum of [`weight`] over the messages written).
+    pub(crate) fn written(&mut self, conn: ConnId, weight: u64) {
+        if let Some(Conn::Ready(s)) = self.conns.get_mut(&conn) {
+            let n = weight.min(s.queued);
+            s.queued -= n;
+            self.queued -= n.min(self.queued);
+        }
+    }
+
+    /// The earliest deadline: of a parked wait, of a pending hello, of an
+    /// idle run.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.waiters.next_deadline()
+        let waits = self.runs.values().filter_map(|r| r.waiters.next_deadline());
+        let hello = self.pending.values().next().copied();
+        let linger = self.limits.run_linger;
+        let idle = match self.serves {
+            Some(_) => None,
+            None => self.runs.values().filter_map(|r| r.idle_since.and_then(|t| t.checked_add(linger))).min(),
+        };
+        let silent = self.idle.first().map(|(at, _)| *at);
+        waits.chain(hello).chain(idle).chain(silent).min()
     }
 
-    /// Answers every wait whose deadline passed: key waits with the keys
-    /// still missing, status polls with the current status.
+    /// Answers every wait whose deadline passed (key waits with the keys
+    /// still missing, status polls with the current status), closes the
+    /// connections whose hello is overdue and drops runs idle too long.
     pub(crate) fn handle_timeout(&mut self, now: Instant) -> Outbox {
-        self.waiters
-            .take_expired(now)
-            .into_iter()
-            .map(|w| {
-                let resp = match w.kind {
-                    WaitKind::Status { .. } => Response::Status(self.status(now)),
-                    _ => Response::Timeout { missing: self.missing(&w.keys) },
-                };
-                (w.conn, ServerMsg::Response { id: w.id, resp })
-            })
-            .collect()
+        let mut out = Outbox::new();
+        self.expire_pending(now, &mut out);
+        self.expire_idle(now, &mut out);
+        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        for id in ids {
+            if let Some(mut cx) = self.cx(&id, now) {
+                cx.expire_waits(&mut out);
+            }
+        }
+        if self.serves.is_none() {
+            let linger = self.limits.run_linger;
+            let idle: Vec<String> = self
+                .runs
+                .iter()
+                .filter(|(_, r)| r.idle_since.and_then(|t| t.checked_add(linger)).is_some_and(|t| t <= now))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in idle {
+                tracing::info!(run = %id, "store dropped a run without connections");
+                self.drop_run(&id);
+            }
+        }
+        out
     }
 
-    /// Number of parked waits.
+    /// Forgets run `id` and releases what it held.
+    fn drop_run(&mut self, id: &str) {
+        if let Some(run) = self.runs.remove(id) {
+            self.used -= run.used.min(self.used);
+        }
+    }
+
+    /// The context in which requests of run `run` are served.
+    fn cx(&mut self, run: &str, now: Instant) -> Option<Cx<'_>> {
+        let ServerState { runs, conns, used, queued, limits, .. } = self;
+        Some(Cx { run: runs.get_mut(run)?, conns, used, queued, limits, now })
+    }
+
+    /// The job of run `run` as seen at `now` (the default status if no such run).
+    #[cfg(test)]
+    pub(crate) fn status_of(&self, run: &str, now: Instant) -> crate::job::JobStatus {
+        self.runs.get(run).map(|r| r.status(now)).unwrap_or_default()
+    }
+
+    /// The earliest deadline of a parked wait, over every run.
+    #[cfg(test)]
+    pub(crate) fn next_wait(&self) -> Option<Instant> {
+        self.runs.values().filter_map(|r| r.waiters.next_deadline()).min()
+    }
+
+    /// Number of parked waits over every run.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
-        self.waiters.len()
+        self.runs.values().map(|r| r.waiters.len()).sum()
     }
 
-    /// Performs `req`; `None` when it was parked until keys appear, an event
-    /// happens or its deadline passes.
-    fn apply(&mut self, caller: Caller, req: Request, out: &mut Outbox) -> Option<Response> {
-        let Caller { conn, now, .. } = caller;
-        Some(match req {
-            Request::Set { key, value } => self.set(vec![(key, value)], out),
-            Request::Get { key, timeout } => return self.wait_keys(caller, WaitKind::Get, vec![key], timeout),
-            Request::TryGet { key } => Response::MaybeValue(self.data.get(&key).cloned()),
-            Request::Add { key, delta } => self.add(key, delta, out),
-            Request::CompareSet { key, expected, desired } => self.compare_set(key, expected, desired, out),
-            Request::Wait { keys, timeout } => return self.wait_keys(caller, WaitKind::Wait, keys, timeout),
-            Request::Check { keys } => Response::Bool(keys.iter().all(|k| self.data.contains_key(k))),
-            Request::Delete { key } => Response::Bool(self.data.remove(&key).is_some()),
-            Request::NumKeys => Response::Count(self.data.len() as u64),
-            Request::MultiGet { keys, timeout } => return self.wait_keys(caller, WaitKind::MultiGet, keys, timeout),
-            Request::MultiSet { pairs } => self.set(pairs, out),
-            Request::Append { key, value } => self.append(key, value, out),
-            Request::KeysWithPrefix { prefix } => Response::Keys(self.keys_with_prefix(&prefix)),
-            Request::Heartbeat { payload } => self.heartbeat(caller, payload),
-            Request::Leave => self.leave(conn, now, out),
-            Request::AbortJob { record } => self.abort_job(record, now, out),
-            Request::Status { since, timeout } => return self.wait_status(caller, since, timeout),
-        })
+    /// Bytes charged over every run, and bytes of answers queued.
+    #[cfg(test)]
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        (self.used, self.queued)
     }
 
-    fn set(&mut self, pairs: Vec<(String, Vec<u8>)>, out: &mut Outbox) -> Response {
-        let keys: Vec<String> = pairs.iter().map(|(k, _)| k.clone()).collect();
-        self.data.extend(pairs);
-        self.wake(&keys, out);
-        Response::Ok
+    /// The runs served now.
+    #[cfg(test)]
+    pub(crate) fn run_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.runs.keys().cloned().collect();
+        ids.sort();
+        ids
     }
 
-    /// Adds to a counter stored as decimal ASCII (as torch's TCPStore does),
-    /// starting from 0 when the key is absent.
-    fn add(&mut self, key: String, delta: i64, out: &mut Outbox) -> Response {
-        let current = match self.data.get(&key).map(|v| parse_counter(v).ok_or(v)) {
-            None => 0,
-            Some(Ok(n)) => n,
-            Some(Err(v)) => {
-                let detail = format!("holds {}, not a decimal integer, so add() cannot count on it", preview(v));
-                return key_invalid(&key, detail);
+    /// Checks that the books balance and every bound holds; the message
+    /// says what does not. The fuzz target calls it after every step.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let mut used = 0;
+        for (id, run) in &self.runs {
+            let counted = run.recount();
+            if counted != run.used {
+                return Err(format!("run {id:?} is charged {} bytes but holds {counted}", run.used));
             }
-        };
-        let Some(new) = current.checked_add(delta) else {
-            return key_invalid(&key, format!("adding {delta} to {current} overflows a 64-bit counter"));
-        };
-        self.data.insert(key.clone(), new.to_string().into_bytes());
-        self.wake(&[key], out);
-        Response::Int(new)
-    }
-
-    /// Stores `desired` if the current value is `expected` (`None`: if the
-    /// key is absent). Answers the value stored afterwards, empty if none.
-    fn compare_set(&mut self, key: String, expected: Option<Vec<u8>>, desired: Vec<u8>, out: &mut Outbox) -> Response {
-        let current = self.data.get(&key);
-        if current != expected.as_ref() {
-            return Response::Value(current.cloned().unwrap_or_default());
-        }
-        self.data.insert(key.clone(), desired.clone());
-        self.wake(&[key], out);
-        Response::Value(desired)
-    }
-
-    fn append(&mut self, key: String, value: Vec<u8>, out: &mut Outbox) -> Response {
-        let value_len = self.data.get(&key).map_or(0, Vec::len);
-        if value_len + value.len() > MAX_VALUE {
-            return key_invalid(
-                &key,
-                format!("appending {} bytes to {value_len} would pass the {MAX_VALUE}-byte value limit", value.len()),
-            );
-        }
-        self.data.entry(key.clone()).or_default().extend_from_slice(&value);
-        self.wake(&[key], out);
-        Response::Ok
-    }
-
-    fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
-        self.data
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .map(|(k, _)| k)
-            .take_while(|k| k.starts_with(prefix))
-            .cloned()
-            .collect()
-    }
-
-    fn missing(&self, keys: &[String]) -> Vec<String> {
-        keys.iter().filter(|k| !self.data.contains_key(*k)).cloned().collect()
-    }
-
-    /// The answer of a key wait whose keys are all present.
-    fn answer(&self, kind: WaitKind, keys: &[String]) -> Response {
-        let value = |k: &String| self.data.get(k).cloned().unwrap_or_default();
-        match kind {
-            WaitKind::Get => Response::Value(keys.first().map(value).unwrap_or_default()),
-            WaitKind::MultiGet => Response::Values(keys.iter().map(value).collect()),
-            WaitKind::Wait | WaitKind::Status { .. } => Response::Ok,
-        }
-    }
-
-    /// Answers at once when every key is present (or the timeout is zero),
-    /// else parks the request.
-    fn wait_keys(&mut self, caller: Caller, kind: WaitKind, keys: Vec<String>, timeout: Duration) -> Option<Response> {
-        let missing = self.missing(&keys);
-        if missing.is_empty() {
-            return Some(self.answer(kind, &keys));
-        }
-        if timeout.is_zero() {
-            return Some(Response::Timeout { missing });
-        }
-        let waiter = caller.park(kind, keys, timeout);
-        self.waiters.add(waiter, &missing);
-        None
-    }
-
-    /// Completes the waits that `keys` may have satisfied.
-    fn wake(&mut self, keys: &[String], out: &mut Outbox) {
-        for wid in self.waiters.take_for_keys(keys.iter().map(String::as_str)) {
-            let Some(w) = self.waiters.get(wid) else {
-                continue;
-            };
-            let missing = self.missing(&w.keys);
-            if !missing.is_empty() {
-                missing.iter().for_each(|k| self.waiters.index_key(wid, k));
-                continue;
+            if run.used > self.limits.run_bytes {
+                return Err(format!("run {id:?} holds {} bytes, over its budget", run.used));
             }
-            if let Some(w) = self.waiters.remove(wid) {
-                let resp = self.answer(w.kind, &w.keys);
-                out.push((w.conn, ServerMsg::Response { id: w.id, resp }));
+            if run.data.len() as u64 > self.limits.run_keys {
+                return Err(format!("run {id:?} holds {} keys, over its limit", run.data.len()));
+            }
+            let conns = self.conns.values().filter(|c| matches!(c, Conn::Ready(s) if s.run == *id)).count();
+            if conns != run.conns {
+                return Err(format!("run {id:?} counts {} connections, {conns} are open", run.conns));
+            }
+            let mut helpers: BTreeMap<u32, usize> = BTreeMap::new();
+            for c in self.conns.values() {
+                if let Conn::Ready(membership::Session { run: r, access: membership::Access::RankAux(rank), .. }) = c {
+                    if r == id {
+                        *helpers.entry(*rank).or_default() += 1;
+                    }
+                }
+            }
+            if helpers != run.helpers || helpers.values().any(|n| *n > self.limits.helpers_per_rank) {
+                return Err(format!("run {id:?} counts helpers {:?}, {helpers:?} are open", run.helpers));
+            }
+            for w in run.waiters.iter() {
+                if !matches!(self.conns.get(&w.conn), Some(Conn::Ready(s)) if s.run == *id) {
+                    return Err(format!("a wait of run {id:?} belongs to a connection that is gone"));
+                }
+            }
+            used += run.used;
+        }
+        if used != self.used {
+            return Err(format!("the store is charged {} bytes, its runs {used}", self.used));
+        }
+        let mut held: HashMap<ConnId, u64> = HashMap::new();
+        for run in self.runs.values() {
+            for e in run.data.values() {
+                *held.entry(e.owner).or_default() += 1;
             }
         }
-    }
-
-    /// Answers at once when an event newer than `since` happened, else
-    /// parks the poll until one does or the timeout passes.
-    fn wait_status(&mut self, caller: Caller, since: Option<u64>, timeout: Duration) -> Option<Response> {
-        match since {
-            Some(since) if since >= self.generation && !timeout.is_zero() => {
-                let waiter = caller.park(WaitKind::Status { since }, vec![], timeout);
-                self.waiters.add(waiter, &[]);
-                None
+        let (mut queued, mut others) = (0, 0);
+        for (conn, c) in &self.conns {
+            let Conn::Ready(s) = c else { continue };
+            queued += s.queued;
+            if let Some(at) = s.idle_at {
+                others += 1;
+                if !self.idle.contains(&(at, *conn)) {
+                    return Err("a silent-connection deadline is not indexed".into());
+                }
             }
-            _ => Some(Response::Status(self.status(caller.now))),
+            let holds = held.get(conn).copied().unwrap_or(0);
+            if s.keys != holds || s.keys > self.limits.conn_keys {
+                return Err(format!(
+                    "a connection counts {} keys, holds {holds} (limit {})",
+                    s.keys, self.limits.conn_keys
+                ));
+            }
         }
-    }
-
-    /// Records a job event and answers the status polls waiting for one.
-    fn bump(&mut self, now: Instant, out: &mut Outbox) {
-        self.generation += 1;
-        let due = self.waiters.status_due(self.generation);
-        if due.is_empty() {
-            return;
+        if queued != self.queued || others != self.others {
+            return Err(format!(
+                "queued {} / {queued} and others {} / {others} disagree with the connections",
+                self.queued, self.others
+            ));
         }
-        let status = self.status(now);
-        for w in due.into_iter().filter_map(|wid| self.waiters.remove(wid)) {
-            let resp = Response::Status(status.clone());
-            out.push((w.conn, ServerMsg::Response { id: w.id, resp }));
+        if self.idle.len() != self.others {
+            return Err(format!("{} silent-connection deadlines for {} connections", self.idle.len(), self.others));
         }
-    }
-
-    /// Sets the job-wide abort record unless one is set; answers whether this
-    /// call set it.
-    fn abort_job(&mut self, record: Vec<u8>, now: Instant, out: &mut Outbox) -> Response {
-        if record.len() > MAX_ABORT_RECORD {
-            return invalid(
-                "abort record",
-                format!("{} bytes is over the {MAX_ABORT_RECORD}-byte limit", record.len()),
-            );
+        if self.pending.len() > self.limits.pending.max(1) {
+            return Err(format!("{} connections pending, over the limit", self.pending.len()));
         }
-        if self.abort.is_some() {
-            return Response::Bool(false);
+        if self.pending.keys().any(|c| !matches!(self.conns.get(c), Some(Conn::Greeted { .. }))) {
+            return Err("a pending connection is not waiting for its hello".into());
         }
-        tracing::warn!(record = %String::from_utf8_lossy(&record), "job abort record set");
-        self.abort = Some(record);
-        self.bump(now, out);
-        Response::Bool(true)
-    }
-
-    /// The job as seen now.
-    pub(crate) fn status(&self, now: Instant) -> JobStatus {
-        JobStatus {
-            generation: self.generation,
-            ranks: self.ranks.iter().map(|(r, e)| e.status(*r, now)).collect(),
-            abort: self.abort.clone(),
-        }
+        Ok(())
     }
 }
 
-/// Who sent the request being handled, and when.
-#[derive(Debug, Clone, Copy)]
-struct Caller {
-    conn: ConnId,
-    /// The request id to answer.
-    id: u64,
-    now: Instant,
+/// What an answer weighs in the books of queued answers: an upper bound of
+/// its encoded size, computed the same way before an answer is built (to
+/// refuse it) and after it is written (to release it). Handshake messages
+/// weigh nothing.
+pub(crate) fn weight(msg: &ServerMsg) -> u64 {
+    match msg {
+        ServerMsg::Response { resp, .. } => response_weight(resp),
+        _ => 0,
+    }
 }
 
-impl Caller {
-    fn park(self, kind: WaitKind, keys: Vec<String>, timeout: Duration) -> Waiter {
-        Waiter {
-            conn: self.conn,
-            id: self.id,
-            kind,
-            keys,
-            // A timeout too large for the clock never expires.
-            deadline: self.now.checked_add(timeout),
+fn response_weight(resp: &Response) -> u64 {
+    let texts = |ks: &[String]| ks.iter().map(|k| ITEM + k.len() as u64).sum::<u64>();
+    match resp {
+        Response::Value(v) | Response::MaybeValue(Some(v)) => BASE + v.len() as u64,
+        Response::Values(vs) => BASE + vs.iter().map(|v| ITEM + v.len() as u64).sum::<u64>(),
+        Response::Keys(ks) | Response::Timeout { missing: ks } => BASE + texts(ks),
+        Response::Status(s) => {
+            let ranks: u64 =
+                s.ranks.iter().map(|r| run::RANK + (r.host.len() + r.version.len() + r.heartbeat.len()) as u64).sum();
+            BASE + ranks + s.abort.as_ref().map_or(0, |a| a.len() as u64)
         }
+        Response::Error(e) => BASE + error_weight(e),
+        Response::Ok | Response::MaybeValue(None) | Response::Int(_) | Response::Bool(_) | Response::Count(_) => BASE,
+    }
+}
+
+fn error_weight(e: &WireError) -> u64 {
+    let text = |s: &String| ITEM + s.len() as u64;
+    match e {
+        WireError::VersionMismatch { detail, versions } => {
+            text(detail) + versions.iter().map(|(a, b)| text(a) + text(b)).sum::<u64>()
+        }
+        WireError::ForeignRun { store_run, client_run } => text(store_run) + text(client_run),
+        WireError::AuthFailed { detail } | WireError::Protocol { detail } | WireError::Busy { detail } => text(detail),
+        WireError::DuplicateRank { first, second, .. } => text(first) + text(second),
+        WireError::InvalidArgument { what, detail } => text(what) + text(detail),
     }
 }
 
 fn invalid(what: impl Into<String>, detail: String) -> Response {
     Response::Error(WireError::InvalidArgument { what: what.into(), detail })
-}
-
-fn key_invalid(key: &str, detail: String) -> Response {
-    invalid(format!("key {key:?}"), detail)
-}
-
-fn parse_counter(v: &[u8]) -> Option<i64> {
-    std::str::from_utf8(v).ok()?.trim().parse().ok()
-}
-
-/// The start of a value, for messages.
-fn preview(v: &[u8]) -> String {
-    let head = String::from_utf8_lossy(&v[..v.len().min(32)]).into_owned();
-    match v.len() > 32 {
-        true => format!("{head:?}... ({} bytes)", v.len()),
-        false => format!("{head:?}"),
-    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub(super) struct Waiter {
     pub(super) keys: Vec<String>,
     /// `None` when the timeout is too large to represent: it never expires.
     pub(super) deadline: Option<Instant>,
+    /// Bytes charged to the run's budget while it is parked.
+    pub(super) cost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -139,16 +141,25 @@ impl Waiters {
         self.deadlines.first().map(|(d, _)| *d)
     }
 
-    /// Drops every waiter of a closed connection: nobody would read the answer.
-    pub(super) fn remove_conn(&mut self, conn: ConnId) {
+    /// Drops every waiter of a closed connection (nobody would read the
+    /// answer) and answers them, so that their cost is released.
+    pub(super) fn remove_conn(&mut self, conn: ConnId) -> Vec<Waiter> {
         let wids = self.by_conn.remove(&conn).unwrap_or_default();
-        for wid in wids {
-            self.remove(wid);
-        }
+        wids.into_iter().filter_map(|wid| self.remove(wid)).collect()
+    }
+
+    /// How many waits `conn` has parked.
+    pub(super) fn count_for(&self, conn: ConnId) -> usize {
+        self.by_conn.get(&conn).map_or(0, HashSet::len)
     }
 
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.all.len()
+    }
+
+    /// Every parked waiter, in no particular order (for invariant checks).
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.all.values()
     }
 }
