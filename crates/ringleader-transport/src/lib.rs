@@ -16,9 +16,37 @@
 //!
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
+//!
+//! # Where to change what
+//!
+//! - **Add a transport**: a type that implements [`Link`] (`src/link.rs`:
+//!   the core every link has, and the capabilities [`link::Mapped`],
+//!   [`link::SingleCopy`], [`link::Splice`] it may offer), in a module of
+//!   its own beside `src/tcp/`, `src/shm/` and `src/rdma/`, with its set-up
+//!   returning [`AnyLink`]s (`links[peer][stream]`); the runtime wires
+//!   set-ups together in `src/local.rs` and `src/rdma.rs` of the
+//!   `ringleader` crate. Nothing in the driver names a transport.
+//! - **Change how a rank waits** when no link can move: `src/driver/wait.rs`
+//!   ([`driver::wait`]): every spin, yield and poll constant, the idle
+//!   policy ([`Idle`]) and the sleep itself; how a link wakes a sleeper is
+//!   its [`link::Wake`].
+//! - **Add a zero-copy protocol**: a capability in `src/link.rs` that the
+//!   transports able to do it implement, a file of its own under
+//!   `src/driver/` beside `single_copy.rs` (the receiver copies out of the
+//!   sender's memory) and `splice.rs` (the sender lends its pages, the
+//!   receiver acknowledges), a [`driver`] payload kind (`chan.rs`'s
+//!   `Payload`) and the choice of it (`send.rs`'s `SendPolicy::payload`).
+//! - **Change the wire format**: `src/frame.rs` (data frames) and
+//!   `src/hello.rs` (connection set-up); both are sans-IO with fuzz targets.
+//! - **Change how a received payload lands** (copied, streamed, reduced):
+//!   `src/driver/strategy.rs`.
+//!
+//! The largest file of the crate stays under 600 lines: a file that grows
+//! past that holds two concepts.
 // Unsafe code is confined to the shared-memory module (mapped memory
-// shared with other processes), the streaming copy (SIMD intrinsics) and
-// the verbs binding (rdma::ibv);
+// shared with other processes), the streaming copy (SIMD intrinsics), the
+// verbs binding (rdma::ibv) and sending by reference (`Splice::try_splice`,
+// whose contract the one call in `driver/splice.rs` argues);
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 

@@ -18,7 +18,7 @@
 //! receive into this range from rank s" ([`crate::plan`]), the seam gloo
 //! draws between algorithms and transports. Adding a transport is a type
 //! that implements [`Link`] (and the capabilities it has), plus its set-up
-//! in [`crate::plane`].
+//! (see the crate docs' map).
 
 use ringleader_core::Rank;
 use rustix::event::{PollFd, PollFlags};
