@@ -390,6 +390,7 @@ impl Communicator {
     /// the two must not overlap, and nothing else may write them until the
     /// call returns.
     #[doc(hidden)]
+    #[allow(unsafe_code)]
     pub unsafe fn call_raw(&self, call: Call) -> Result<()> {
         self.sync(call)
     }
@@ -400,6 +401,7 @@ impl Communicator {
     /// As for [`Communicator::call_raw`], until the returned [`Work`]
     /// completes (the `Work` does not keep the buffers alive).
     #[doc(hidden)]
+    #[allow(unsafe_code)]
     pub unsafe fn submit_raw(&self, call: Call) -> Result<Work<()>> {
         self.queue(call, ())
     }

@@ -43,6 +43,7 @@ pub(crate) struct RawBuf {
 // belongs to runs, and its submitter keeps the memory alive and unaliased
 // until the operation completes (sync calls block; async calls own the
 // buffer in their Work, or the C caller promises it).
+#[allow(unsafe_code)]
 unsafe impl Send for RawBuf {}
 
 impl RawBuf {
@@ -61,6 +62,7 @@ impl RawBuf {
     ///
     /// # Safety
     /// The range must be valid for `'a`, and not aliased unless `ro`.
+    #[allow(unsafe_code)]
     pub(crate) unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
         if self.len == 0 || self.ptr.is_null() {
             return Buf::Rw(&mut []);
@@ -549,6 +551,7 @@ impl Shared {
         // SAFETY: the submitter keeps both buffers alive and unaliased (the
         // input may be shared, hence read only) until this job completes,
         // which happens after this function returns.
+        #[allow(unsafe_code)]
         let (io, out) = unsafe { (job.io.buf(job.io_ro), job.out.buf(false)) };
         let mut bufs = [io, out, Buf::Rw(&mut scratch[..prep.scratch_bytes])];
         if let Some((from, to)) = prep.copy {

@@ -24,6 +24,12 @@
 //! the transport's driver; the monitor, failure and monitored-barrier
 //! modules turn trouble into verdicts.
 
+// Unsafe code is confined to the few places that turn a caller's raw
+// buffers into slices (engine's RawBuf and the send/recv lane that uses
+// it), the raw entry points the C ABI calls (comm, cuda) and the CUDA
+// device staging; each carries a scoped allow and a SAFETY argument.
+#![deny(unsafe_code)]
+
 mod algo;
 mod comm;
 #[cfg(feature = "cuda")]

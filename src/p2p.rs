@@ -367,6 +367,7 @@ impl Lane {
     }
 }
 
+#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
 fn pump_send(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     if flow.off == 0 {
@@ -391,6 +392,7 @@ fn pump_send(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, moved: &mut bool
     Ok(())
 }
 
+#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
 fn pump_recv(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     let len = job.buf.len();

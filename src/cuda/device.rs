@@ -7,6 +7,10 @@
 //! scratch for GPU reductions and the compiled kernels; they live as long
 //! as the process. Calls on one context are serialized.
 
+// Device memory is reached through raw CUDA driver calls and pointers the
+// caller lends: each `unsafe` block here states why its pointers are valid.
+#![allow(unsafe_code)]
+
 use super::errors::{cuda_error, missing_library};
 use super::kernels::{kernel_source, launch_dims};
 use super::schedule::{chunks, pipeline, reduce_site, staging_bytes, ReduceSite, Step, CHUNK_BYTES};
