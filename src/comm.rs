@@ -2,7 +2,6 @@
 
 use crate::algo::Coll;
 use crate::engine::{Enqueued, RawBuf, Request, Shared, Task};
-use crate::local;
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
@@ -15,7 +14,8 @@ use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, O
 use ringleader_diag::Entry;
 use ringleader_store::{Liveness, StoreServer};
 use ringleader_transport::frame::FrameHeader;
-use ringleader_transport::{AnyLink, Driver};
+use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
+use ringleader_transport::Driver;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -165,7 +165,12 @@ impl Communicator {
         let links = cfg.streams + 1;
         let mut joined = rendezvous::join(&cfg, links, &abort)?;
         let mut driver = Driver::new();
-        let (plane, waiter) = local::attach(&cfg, &joined.peers, &mut joined.mesh.links, links, &mut driver, &abort)?;
+        let hosts: Vec<PeerHost<'_>> = joined
+            .peers
+            .iter()
+            .map(|p| PeerHost { rank: p.rank, host: &p.host, boot_id: &p.boot_id, pid: p.pid })
+            .collect();
+        let (plane, waiter) = attach_shm(&cfg, &hosts, &mut joined.mesh.links, links, &mut driver, &abort)?;
         #[allow(unused_mut)]
         let mut plane_name = plane.name();
         #[cfg(feature = "rdma")]
@@ -174,15 +179,15 @@ impl Communicator {
         {
             plane_name = name;
         }
-        let lane: Vec<Option<AnyLink>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
-        let p2p =
-            P2p::new(lane, waiter).map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
+        let lanes = Lanes::split(joined.mesh.links);
+        let p2p = P2p::new(lanes.send_recv, waiter)
+            .map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let store_in_rank0 = cfg.store_addr.is_none();
         let mut shared = Shared::new(
             cfg,
             hostname(),
             abort,
-            joined.mesh.links,
+            lanes.collectives,
             driver,
             p2p,
             joined.aux,

@@ -37,7 +37,6 @@ pub mod cuda;
 mod dumps;
 mod engine;
 mod failure;
-mod local;
 mod log;
 mod monitor;
 mod monitored;

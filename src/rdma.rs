@@ -15,11 +15,11 @@
 //! TCP; `rdma` without a device on any rank is an `invalid-argument` error
 //! that names the rank and the reason.
 
-use crate::local::{handshake, Plane};
 use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, Error, Rank, Result, TransportKind};
 use ringleader_store::{keys, StoreClient};
 use ringleader_transport::link::Wake;
+use ringleader_transport::plane::{handshake, Plane};
 use ringleader_transport::rdma::{self, Endpoint, LinkParams, RdmaLink};
 use ringleader_transport::AnyLink;
 use serde::{Deserialize, Serialize};

@@ -10,6 +10,9 @@
 //!   the protocol written against a small trait that the `ibverbs` binding
 //!   and a software model of the queues both implement;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
+//! - [`plane`]: setting up the data plane over the TCP mesh (shared memory
+//!   for ranks on one host) and splitting each pair's links into the
+//!   collectives' streams and the send/recv lane;
 //! - [`driver`]: runs a collective's [`plan::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
 //!   thread, waking on abort.
@@ -23,9 +26,11 @@
 //!   the core every link has, and the capabilities [`link::Mapped`],
 //!   [`link::SingleCopy`], [`link::Splice`] it may offer), in a module of
 //!   its own beside `src/tcp/`, `src/shm/` and `src/rdma/`, with its set-up
-//!   returning [`AnyLink`]s (`links[peer][stream]`); the runtime wires
-//!   set-ups together in `src/local.rs` and `src/rdma.rs` of the
-//!   `ringleader` crate. Nothing in the driver names a transport.
+//!   returning [`AnyLink`]s (`links[peer][stream]`) that replace the TCP
+//!   mesh's where it applies, as [`plane::attach_shm`] does for shared
+//!   memory (`src/plane.rs`; RDMA, whose endpoints go through the store, is
+//!   wired in by the `ringleader` crate's `src/rdma.rs`). Nothing in the
+//!   driver names a transport.
 //! - **Change how a rank waits** when no link can move: `src/driver/wait.rs`
 //!   ([`driver::wait`]): every spin, yield and poll constant, the idle
 //!   policy ([`Idle`]) and the sleep itself; how a link wakes a sleeper is
@@ -55,6 +60,7 @@ pub mod frame;
 pub mod hello;
 pub mod link;
 pub mod plan;
+pub mod plane;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;

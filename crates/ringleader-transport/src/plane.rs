@@ -1,4 +1,7 @@
-//! Shared memory for ranks on the same host.
+//! Setting up the data plane over the TCP mesh: shared memory for the
+//! ranks of one host, the handshake that tells a peer its new links are
+//! ready (shared memory, RDMA), and the split of each pair's links into
+//! the collectives' streams and the send/recv lane ([`Lanes`]).
 //!
 //! After rendezvous every rank knows where its peers run (host name and
 //! kernel boot id). Ranks that share a host replace their TCP links with
@@ -10,24 +13,67 @@
 //! is an `invalid-argument` error on every rank of the host at init (naming
 //! its size, what the job needs, and RINGLEADER_TRANSPORT=tcp or
 //! `--shm-size`), never a SIGBUS in the middle of a transfer.
+//!
+//! The RDMA set-up (`src/rdma.rs` of the `ringleader` crate) exchanges
+//! its queue-pair endpoints through the store, so it stays with the
+//! runtime and calls [`handshake`] from there.
 
-use crate::rendezvous::PeerInfo;
+use crate::driver::{Driver, Idle, Watch};
+use crate::link::AnyLink;
+use crate::plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
+use crate::shm::{segment_name, Domain, Waiter};
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
-use ringleader_transport::shm::{segment_name, Domain, Waiter};
-use ringleader_transport::{AnyLink, Driver, Idle};
-use ringleader_transport::{Buf, Chan, OpInfo, Plan, RecvMode, Region, Watch};
 use std::time::{Duration, Instant};
+
+/// Where a rank runs, as set-up needs it: ranks with equal host and boot
+/// id share memory.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerHost<'a> {
+    /// The rank.
+    pub rank: Rank,
+    /// Its host name.
+    pub host: &'a str,
+    /// Its booted kernel's id (empty when unknown: then it shares nothing).
+    pub boot_id: &'a str,
+    /// Its process id (names its shared-memory segment).
+    pub pid: u32,
+}
+
+/// Each pair's links, split by use: `streams` links per peer for the
+/// collectives (`collectives[peer][stream]`, what [`Driver::run`] takes)
+/// and one for sends and receives (`send_recv[peer]`; `None` for this
+/// rank itself).
+#[derive(Debug)]
+pub struct Lanes {
+    /// The collectives' links.
+    pub collectives: Vec<Vec<AnyLink>>,
+    /// The send/recv lane's link to each peer.
+    pub send_recv: Vec<Option<AnyLink>>,
+}
+
+impl Lanes {
+    /// Splits a mesh built with one link per pair more than the
+    /// collectives use: the last link of each pair is the send/recv lane.
+    pub fn split(mut links: Vec<Vec<AnyLink>>) -> Lanes {
+        let send_recv = links.iter_mut().map(Vec::pop).collect();
+        Lanes { collectives: links, send_recv }
+    }
+}
 
 /// What the data plane ended up made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Plane {
+pub enum Plane {
+    /// Every link is a socket.
     Tcp,
+    /// Every link is shared memory (the whole job on one host).
     Shm,
+    /// Shared memory to the ranks on this host, sockets to the others.
     Mixed,
 }
 
 impl Plane {
-    pub(crate) fn name(self) -> &'static str {
+    /// The name logs and the perf header give it.
+    pub fn name(self) -> &'static str {
         match self {
             Plane::Tcp => "tcp",
             Plane::Shm => "shm",
@@ -37,7 +83,7 @@ impl Plane {
 }
 
 /// The ranks that share `me`'s host and kernel, `me` included.
-fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
+fn local_ranks(peers: &[PeerHost<'_>], me: Rank) -> Vec<Rank> {
     let mine = &peers[me];
     peers
         .iter()
@@ -49,9 +95,9 @@ fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
 /// Replaces the TCP links to same-host peers (`streams` each) by shared
 /// memory, as `RINGLEADER_TRANSPORT` allows; sets `driver` up to wait on it
 /// and returns the doorbell waiter for other waits of this rank.
-pub(crate) fn attach(
+pub fn attach_shm(
     cfg: &Config,
-    peers: &[PeerInfo],
+    peers: &[PeerHost<'_>],
     links: &mut [Vec<AnyLink>],
     streams: usize,
     driver: &mut Driver,
@@ -62,7 +108,8 @@ pub(crate) fn attach(
     driver.set_splice_min(cfg.tcp_splice);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
-        // Every link goes over RDMA (`crate::rdma` replaces them after this).
+        // Every link goes over RDMA (the runtime's RDMA set-up replaces them
+        // after this).
         TransportKind::Rdma if cfg!(feature = "rdma") => return Ok((Plane::Tcp, None)),
         TransportKind::Rdma => {
             return Err(Error::invalid(
@@ -106,7 +153,7 @@ pub(crate) fn attach(
 /// An empty frame to and from every peer in `local` over TCP: once it has
 /// arrived from a peer, that peer has mapped every segment it needs (or,
 /// for RDMA, connected its queue pairs).
-pub(crate) fn handshake(
+pub fn handshake(
     me: Rank,
     local: &[Rank],
     links: &mut [Vec<AnyLink>],
