@@ -37,6 +37,7 @@
 
 mod child;
 pub(crate) mod ending;
+mod event;
 pub(crate) mod oom;
 pub(crate) mod output;
 pub(crate) mod plan;
@@ -48,6 +49,7 @@ use crate::secret;
 use crate::signals::BlockedSignals;
 use child::RankProcess;
 use clap::Args;
+use event::Event;
 use plan::{MasterPort, Plan, Purpose, Sources, StoreSide};
 use ringleader_core::config::join_host_port;
 use rustix::process::{kill_process_group, Signal};
@@ -56,7 +58,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
-use supervise::{Event, Supervisor};
+use supervise::Supervisor;
 
 pub(crate) use store_link::host_store;
 

@@ -24,6 +24,7 @@
 
 use super::child::RankProcess;
 use super::ending::Ending;
+use super::event::Event;
 use super::oom::OomWatch;
 use super::store_link::ExitRecorder;
 use crate::signals::signal_name;
@@ -39,22 +40,6 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
 /// How long output pipes may stay open once every rank has ended (a
 /// background process of a rank can hold them).
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// What the supervisor reacts to.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// The rank at `index` ended (it is left a zombie until reaped).
-    Ended {
-        /// Index into the supervisor's ranks.
-        index: usize,
-        /// How it ended.
-        ending: Ending,
-    },
-    /// One output pipe of a rank reached end of file.
-    OutputClosed,
-    /// The launcher received this signal.
-    Signal(i32),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
