@@ -163,6 +163,9 @@ pub(crate) struct Exec {
 /// monitor thread.
 pub(crate) struct Shared {
     pub cfg: Config,
+    /// The algorithm `cfg.algo` forces, parsed once here (`None`: each
+    /// collective picks by size).
+    algo: Option<algo::Algo>,
     pub rank: Rank,
     pub world: usize,
     pub host: String,
@@ -279,6 +282,7 @@ impl Shared {
             p2p,
             ended: Mutex::new(Vec::new()),
             awaited: RankSet::new(world),
+            algo: algo::Algo::forced(cfg.algo.as_deref()),
             cfg,
         }
     }
@@ -542,7 +546,7 @@ impl Shared {
         let Exec { links, driver, plan, plan_scratch, scratch } = &mut *x;
         let dtype = job.fp.dtype;
         let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
-        let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan, plan_scratch);
+        let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
         let words = prep.scratch_bytes.div_ceil(8);
         if scratch.len() < words {
             scratch.resize(words, 0);
