@@ -11,6 +11,16 @@ use crate::plan::OpInfo;
 use ringleader_core::{Error, Rank, Result};
 use std::io::IoSlice;
 
+/// How a copied payload's bytes reach its region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Landing {
+    /// Through the cache: the region is small, or read again soon.
+    Cached,
+    /// Around the cache (streaming stores): a large region that nothing
+    /// reads again during the plan.
+    Streamed,
+}
+
 /// The zero padding written after payloads.
 pub(super) static PAD: [u8; ALIGN] = [0; ALIGN];
 
@@ -35,14 +45,21 @@ pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
 /// already read) only words the error when the peer hangs up.
 pub fn read_some(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
-    read_into(link, buf, op, at, false)
+    read_into(link, buf, op, at, Landing::Cached)
 }
 
-/// [`read_some`], with streaming stores into `buf` when `streaming`.
-pub(super) fn read_into(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize, streaming: bool) -> Result<usize> {
-    let streamed = match streaming {
-        true => link.mapped().map(|m| m.read_streaming(buf)),
-        false => None,
+/// [`read_some`], with streaming stores into `buf` for
+/// [`Landing::Streamed`] where the link's bytes lie in mapped memory.
+pub(super) fn read_into(
+    link: &mut dyn Link,
+    buf: &mut [u8],
+    op: &OpInfo,
+    at: usize,
+    landing: Landing,
+) -> Result<usize> {
+    let streamed = match landing {
+        Landing::Streamed => link.mapped().map(|m| m.read_streaming(buf)),
+        Landing::Cached => None,
     };
     let read = match streamed {
         Some(r) => r.map(|n| if n == 0 { ReadOutcome::WouldBlock } else { ReadOutcome::Data(n) }),

@@ -4,7 +4,7 @@
 //! [`super::strategy`], or single copy), then the padding.
 
 use super::chan::Payload;
-use super::frame_io::{check_decoded, decode_header, read_some};
+use super::frame_io::{check_decoded, decode_header, read_some, Landing};
 use super::{single_copy, splice, strategy, Driver};
 use crate::frame::{pad, FrameKind, ALIGN, HEADER_LEN};
 use crate::link::Link;
@@ -76,9 +76,13 @@ impl Driver {
                     RecvMode::Copy => {
                         // A large destination that nothing reads again
                         // during the plan is written around the cache.
-                        let streaming = !self.forwarded[ri as usize]
-                            && bufs[item.region.buf as usize].bytes().len() >= STREAM_MIN_BUFFER;
-                        strategy::copy(c, link, bufs, &item, op, streaming, &mut moved)?
+                        let landing = match !self.forwarded[ri as usize]
+                            && bufs[item.region.buf as usize].bytes().len() >= STREAM_MIN_BUFFER
+                        {
+                            true => Landing::Streamed,
+                            false => Landing::Cached,
+                        };
+                        strategy::copy(c, link, bufs, &item, op, landing, &mut moved)?
                     }
                     RecvMode::Reduce { with } => strategy::reduce(c, link, bufs, &item, with, op, &mut moved)?,
                 };

@@ -11,7 +11,7 @@
 //!   the copy out of the socket and the reduction.
 
 use super::chan::{staging, ChanRun, STAGING};
-use super::frame_io::{read_into, read_some};
+use super::frame_io::{read_into, read_some, Landing};
 use crate::frame::HEADER_LEN;
 use crate::link::Link;
 use crate::plan::{Buf, OpInfo, RecvItem, Region};
@@ -19,25 +19,25 @@ use crate::stream_copy::copy_streaming;
 use ringleader_core::reduce::{reduce3_bytes, reduce_bytes};
 use ringleader_core::Result;
 
-/// Copies what has arrived of the payload into the region (with streaming
-/// stores when `streaming`). Returns whether the payload is complete.
+/// Copies what has arrived of the payload into the region, landing as
+/// `landing` says. Returns whether the payload is complete.
 pub(super) fn copy(
     c: &mut ChanRun,
     link: &mut dyn Link,
     bufs: &mut [Buf<'_>],
     item: &RecvItem,
     op: &OpInfo,
-    streaming: bool,
+    landing: Landing,
     moved: &mut bool,
 ) -> Result<bool> {
-    if streaming && link.mapped().is_none() {
+    if landing == Landing::Streamed && link.mapped().is_none() {
         return copy_staged(c, link, bufs, item, op, moved);
     }
     let inc = &mut c.st.inc;
     let got = inc.off - HEADER_LEN;
     if got < item.region.len {
         let dst = &mut rw(bufs, item.region.buf)[item.region.range()];
-        let n = read_into(link, &mut dst[got..], op, inc.off, streaming)?;
+        let n = read_into(link, &mut dst[got..], op, inc.off, landing)?;
         if n > 0 {
             *moved = true;
             inc.off += n;
