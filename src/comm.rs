@@ -1,7 +1,7 @@
 //! The communicator: the public face of a rank in a job.
 
 use crate::algo::Coll;
-use crate::engine::{Enqueued, RawBuf, Request, Shared, Task};
+use crate::engine::{Enqueued, RawBuf, Shared, Submission, Task};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
@@ -277,7 +277,7 @@ impl Communicator {
     }
 
     /// Queues a send or receive on the point-to-point lane.
-    fn submit_p2p(&self, req: Request) -> Result<(Arc<Completion>, u64)> {
+    fn submit_p2p(&self, req: Submission) -> Result<(Arc<Completion>, u64)> {
         let sh = &self.shared;
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -296,7 +296,7 @@ impl Communicator {
     }
 
     /// Validates a call and turns it into an engine request.
-    fn request(&self, c: Call) -> Result<Request> {
+    fn request(&self, c: Call) -> Result<Submission> {
         let (n, rank) = (self.shared.world, self.shared.rank);
         let check_root = |what: &str, root: Rank| {
             if root >= n {
@@ -361,7 +361,7 @@ impl Communicator {
             RawOp::MonitoredBarrier { timeout, wait_all } => {
                 let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
                 let task = Task::MonitoredBarrier { timeout, wait_all };
-                return Ok(Request { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY });
+                return Ok(Submission { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY });
             }
         };
         let esz = c.dtype.size();
@@ -382,7 +382,7 @@ impl Communicator {
             RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
             _ => {}
         }
-        Ok(Request { task: Task::Coll(task), fp, io, io_ro, out })
+        Ok(Submission { task: Task::Coll(task), fp, io, io_ro, out })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,

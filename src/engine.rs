@@ -86,7 +86,7 @@ pub(crate) enum Task {
 
 /// An operation as submitted.
 #[derive(Debug)]
-pub(crate) struct Request {
+pub(crate) struct Submission {
     pub task: Task,
     pub fp: Fingerprint,
     pub io: RawBuf,
@@ -317,7 +317,7 @@ impl Shared {
     }
 
     /// Numbers, records and queues an operation.
-    pub(crate) fn enqueue(&self, req: Request, sync: bool) -> Result<Enqueued> {
+    pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
@@ -372,7 +372,7 @@ impl Shared {
     }
 
     /// Runs a synchronous operation to completion.
-    pub(crate) fn run_sync(&self, req: Request) -> Result<()> {
+    pub(crate) fn run_sync(&self, req: Submission) -> Result<()> {
         match self.enqueue(req, true)? {
             Enqueued::Inline(job) => {
                 // Idle again however this ends (a panic is caught in

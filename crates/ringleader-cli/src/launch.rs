@@ -2,7 +2,7 @@
 //! themselves.
 //!
 //! It starts `--nproc-per-node` copies of a command with the torchrun
-//! environment (see [`plan::Plan::rank_env`]), hosts ringleader's store on
+//! environment (see [`plan::JobPlan::rank_env`]), hosts ringleader's store on
 //! node 0, prefixes every line the ranks print with `[rank{R}]: `, and when a
 //! rank fails it prints how (exit code, signal, OOM kill), records that in
 //! the store under `rl/exit/{rank}`, gives the others a grace period to print
@@ -50,7 +50,7 @@ use crate::signals::BlockedSignals;
 use child::RankProcess;
 use clap::Args;
 use event::Event;
-use plan::{MasterPort, Plan, Purpose, Sources, StoreSide};
+use plan::{JobPlan, MasterPort, Purpose, Sources, StoreSide};
 use ringleader_core::config::join_host_port;
 use rustix::process::{kill_process_group, Signal};
 use std::ffi::OsString;
@@ -175,7 +175,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     let env = |k: &str| std::env::var(k).ok();
     let here = this_host();
     let purpose = if args.print_commands { Purpose::PrintCommands } else { Purpose::Launch };
-    let plan = Plan::resolve(&args.job, &Sources { env: &env, hostname: &here }, purpose, random_run_id)?;
+    let plan = JobPlan::resolve(&args.job, &Sources { env: &env, hostname: &here }, purpose, random_run_id)?;
     if args.print_commands {
         let program = std::env::args().next().unwrap_or_else(|| "ringleader".into());
         let settings = plan::carried_settings(std::env::vars());
@@ -259,7 +259,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
 
 /// Starts every local rank; if one cannot be started, kills those that were.
 fn spawn_all(
-    plan: &Plan,
+    plan: &JobPlan,
     command: &[OsString],
     master_port: u16,
     store_addr: &str,
