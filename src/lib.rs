@@ -23,6 +23,15 @@
 //! simulated in tests); the engine runs plans in submission order through
 //! the transport's driver; the monitor, failure and monitored-barrier
 //! modules turn trouble into verdicts.
+//!
+//! The data plane is the `ringleader-transport` crate: links of every
+//! transport behind one `Link` interface, their set-up over the TCP mesh
+//! (`plane`), and the driver that runs plans over them; its crate docs map
+//! which file to open for a new transport, a change to how a rank waits,
+//! or a zero-copy protocol. Here, `comm.rs` joins a job (rendezvous, then
+//! the transport's set-up), `rdma.rs` wires RDMA in (its endpoints go
+//! through the store), and `p2p.rs` runs the send/recv lane on the link
+//! per pair that set-up keeps apart for it.
 
 // Unsafe code is confined to the few places that turn a caller's raw
 // buffers into slices (engine's RawBuf and the send/recv lane that uses
