@@ -32,12 +32,11 @@ use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Longest sleep of the lane thread; it also checks timeouts this often.
-const TICK: Duration = Duration::from_millis(200);
-/// While shared-memory and TCP links are both pending.
-const MIXED_TICK: Duration = Duration::from_millis(1);
+// The lane's sleeps: with every other wait constant, in the driver's
+// waiting policy.
+use ringleader_transport::driver::wait::{LANE_TICK as TICK, MIXED_POLL as MIXED_TICK};
 
 /// One queued send or receive.
 #[derive(Debug)]

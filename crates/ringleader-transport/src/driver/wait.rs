@@ -41,8 +41,11 @@ const SPIN_ALONE: Duration = Duration::from_micros(2);
 const MAX_POLL: Duration = Duration::from_secs(1);
 /// Longest sleep while shared-memory and descriptor links are both
 /// pending: the poll on descriptors must not hide a ring that filled
-/// meanwhile.
-const MIXED_POLL: Duration = Duration::from_millis(1);
+/// meanwhile (the send/recv lane's waits too).
+pub const MIXED_POLL: Duration = Duration::from_millis(1);
+/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`),
+/// which also checks its operations' timeouts this often.
+pub const LANE_TICK: Duration = Duration::from_millis(200);
 
 /// How a rank that waits for its links passes the time before it sleeps on
 /// its doorbell or in `poll(2)` (a wake-up costs tens of microseconds, and
