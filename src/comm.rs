@@ -1,7 +1,7 @@
 //! The communicator: the public face of a rank in a job.
 
 use crate::algo::Coll;
-use crate::engine::{Enqueued, RawBuf, Shared, Submission, Task};
+use crate::engine::{EngineParts, Enqueued, RawBuf, Shared, Submission, Task};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
@@ -183,18 +183,18 @@ impl Communicator {
         let p2p = P2p::new(lanes.send_recv, waiter)
             .map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let store_in_rank0 = cfg.store_addr.is_none();
-        let mut shared = Shared::new(
+        let mut shared = Shared::new(EngineParts {
             cfg,
-            hostname(),
+            host: hostname(),
             abort,
-            lanes.collectives,
+            links: lanes.collectives,
             driver,
             p2p,
-            joined.aux,
-            joined.store_addr,
+            store: joined.aux,
+            store_addr: joined.store_addr,
             store_in_rank0,
-            joined.peers,
-        );
+            peers: joined.peers,
+        });
         shared.plane = plane_name;
         let shared = Arc::new(shared);
         let engine_shared = shared.clone();

@@ -236,20 +236,26 @@ pub(crate) enum Enqueued {
     Queued(Arc<Completion>, u64),
 }
 
+/// What a rank that joined its job hands the engine ([`Shared::new`]).
+pub(crate) struct EngineParts {
+    pub cfg: Config,
+    pub host: String,
+    pub abort: AbortSignal,
+    /// The collectives' links (`links[peer][stream]`).
+    pub links: Vec<Vec<AnyLink>>,
+    pub driver: Driver,
+    /// The send/recv lane.
+    pub p2p: crate::p2p::P2p,
+    /// The auxiliary store connection.
+    pub store: StoreClient,
+    pub store_addr: String,
+    pub store_in_rank0: bool,
+    pub peers: Vec<PeerInfo>,
+}
+
 impl Shared {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        cfg: Config,
-        host: String,
-        abort: AbortSignal,
-        links: Vec<Vec<AnyLink>>,
-        driver: Driver,
-        p2p: crate::p2p::P2p,
-        store: StoreClient,
-        store_addr: String,
-        store_in_rank0: bool,
-        peers: Vec<PeerInfo>,
-    ) -> Shared {
+    pub(crate) fn new(parts: EngineParts) -> Shared {
+        let EngineParts { cfg, host, abort, links, driver, p2p, store, store_addr, store_in_rank0, peers } = parts;
         let world = cfg.world_size;
         Shared {
             rank: cfg.rank,
