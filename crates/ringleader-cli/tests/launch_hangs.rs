@@ -38,10 +38,30 @@ fn worker() {
             println!("VERDICT {} after {} ms", e.to_string().lines().next().unwrap_or(""), start.elapsed().as_millis());
             std::process::exit(1);
         }
+        // Rank 2 sleeps in its own code instead of making all_reduce #2:
+        // it never reads the verdict, so the launcher must end it.
+        "sleep" if c.rank() == 2 => std::thread::sleep(Duration::from_secs(60)),
+        "sleep" => {
+            println!("HANG_START {}", epoch_ms());
+            let e = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
+            println!("VERDICT_AT {}", epoch_ms());
+            println!("VERDICT {} after {} ms", e.to_string().lines().next().unwrap_or(""), start.elapsed().as_millis());
+            std::process::exit(1);
+        }
         _ => {}
     }
     c.destroy().unwrap();
     std::process::exit(0);
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The first `TAG <ms>` line's number.
+fn stamp(stdout: &str, tag: &str) -> u64 {
+    let line = stdout.lines().find(|l| l.contains(tag)).unwrap_or_else(|| panic!("no {tag}:\n{stdout}"));
+    line.rsplit(' ').next().unwrap().trim().parse().unwrap()
 }
 
 fn launch(n: &str, scenario: &str) -> common::Finished {
@@ -99,4 +119,54 @@ fn a_killed_rank_under_launch_is_named_with_how_it_ended() {
         assert!(line.contains("killed by signal 9"), "the launcher's exit record reached the verdict: {line}");
     }
     assert_ne!(out.code, Some(0));
+}
+
+/// The hard timeout of [`a_failed_job_ends_within_2_s_of_its_verdict`].
+const SLEEP_TIMEOUT_S: u64 = 4;
+
+#[test]
+fn a_failed_job_ends_within_2_s_of_its_verdict() {
+    let exe = std::env::current_exe().unwrap();
+    let timeout = format!("RINGLEADER_TIMEOUT={SLEEP_TIMEOUT_S}");
+    let scenario = format!("{SCENARIO}=sleep");
+    let started = Instant::now();
+    // The default --grace (5 s): only the verdict can end the job sooner.
+    let out = run(
+        &[
+            "launch",
+            "--nproc-per-node",
+            "3",
+            "--",
+            "env",
+            &scenario,
+            &timeout,
+            exe.to_str().unwrap(),
+            "--exact",
+            "worker",
+            "--nocapture",
+            "-q",
+        ],
+        Duration::from_secs(60),
+    );
+    let (ended, took) = (epoch_ms(), started.elapsed());
+    assert!(out.stdout.contains("[rank0]: VERDICT [missed-collective] rank 2"), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("the job failed"), "{}", out.stderr);
+    assert!(out.stderr.contains("rank 2") && out.stderr.contains("SIGTERM"), "{}", out.stderr);
+    assert_ne!(out.code, Some(0));
+    let (hang, verdict) = (stamp(&out.stdout, "HANG_START"), stamp(&out.stdout, "VERDICT_AT"));
+    eprintln!(
+        "hang to verdict {} ms, verdict to the job's end {} ms, hang to end {} ms (timeout {SLEEP_TIMEOUT_S} s; \
+         the whole launch {:.1} s)",
+        verdict - hang,
+        ended - verdict,
+        ended - hang,
+        took.as_secs_f64()
+    );
+    assert!(ended - verdict < 2000 + 500, "the job ended {} ms after its verdict:\n{}", ended - verdict, out.stderr);
+    assert!(
+        ended - hang < (SLEEP_TIMEOUT_S + 3) * 1000,
+        "the job ended {} ms after the hang:\n{}",
+        ended - hang,
+        out.stderr
+    );
 }
