@@ -168,6 +168,34 @@ fn straggler(c: &Communicator) -> ringleader::Result<()> {
     Ok(())
 }
 
+/// Pipeline code gone wrong: every rank receives from its neighbour before
+/// sending to it, so no rank ever sends.
+fn recv_first(c: &Communicator) -> ringleader::Result<()> {
+    let peer = 1 - c.rank();
+    let mut buf = [0.0f32; 4];
+    c.recv(&mut buf, peer)?;
+    c.send(&buf, peer)
+}
+
+/// A chain: rank 0 receives from rank 1, which receives from rank 2, which
+/// is busy in its own code and never sends.
+fn recv_chain(c: &Communicator) -> ringleader::Result<()> {
+    let mut buf = [0.0f32; 4];
+    match c.rank() {
+        2 => {
+            std::thread::sleep(Duration::from_secs(7));
+            c.send(&buf, 1)
+        }
+        r => {
+            c.recv(&mut buf, r + 1)?;
+            if r == 1 {
+                c.send(&buf, 0)?;
+            }
+            Ok(())
+        }
+    }
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
@@ -181,6 +209,8 @@ fn worker() {
         "busy" => guarded(busy),
         "straggler" => guarded(straggler),
         "dumps" => guarded(dumps),
+        "recv_first" => guarded(recv_first),
+        "recv_chain" => guarded(recv_chain),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -416,4 +446,42 @@ fn sigusr1_writes_a_dump_on_demand() {
     assert_eq!(entries[2]["state"], "completed");
     assert_eq!(entries[2]["input_dtypes"][0], "Float");
     assert!(!run.join("ringleader-rank0.json").exists(), "only the signalled rank dumps");
+}
+
+#[test]
+fn two_ranks_each_receiving_first_are_named_as_a_cycle_within_the_timeout_plus_2_s() {
+    let outs = run(JobSpec::new(2, "recv_first").env("RINGLEADER_TIMEOUT", "3").limit(30));
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "missed-collective", "{}", e.message);
+        assert_eq!(e.ranks, vec![0, 1], "{}", e.message);
+        assert!(
+            e.message.contains("deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.op.as_deref(), Some("recv"), "{}", e.message);
+        eprintln!("rank {}: the cycle was named after {} ms (timeout 3 s)", o.rank, e.elapsed_ms);
+        assert!(e.elapsed_ms < 3000 + 2000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+#[test]
+fn a_chain_of_receives_names_the_rank_at_its_end() {
+    let outs = run(JobSpec::new(3, "recv_chain").env("RINGLEADER_TIMEOUT", "3").limit(40));
+    for r in [0, 1] {
+        let e = err_of(&outs[r]);
+        assert_eq!(e.kind, "missed-collective", "{}", e.message);
+        assert_eq!(e.ranks, vec![2], "{}", e.message);
+        assert!(
+            e.message.contains(
+                "rank 0 waits to receive from rank 1, which waits to receive from rank 2, which is outside any operation"
+            ),
+            "{}",
+            e.message
+        );
+        // The verdict waits up to 2 s for the snapshot of the live rank
+        // outside the operation (rank 2) before it names it.
+        assert!(e.elapsed_ms < 3000 + 3000, "took {} ms", e.elapsed_ms);
+    }
 }

@@ -374,19 +374,20 @@ fn rank_section(d: &Dump, k: usize, group: Option<&Group>) -> String {
     }
     let _ = writeln!(
         out,
-        "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  awaited",
-        "record", "seq", "op", "dtype x count", "state", "duration ms"
+        "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {:<24} awaited",
+        "record", "seq", "op", "dtype x count", "state", "duration ms", "called at"
     );
     for e in shown {
         let _ = writeln!(
             out,
-            "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {}",
+            "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {:<24} {}",
             e.record_id,
             seq_label(e),
             e.fingerprint.op.name(),
             args_label(e),
             state_name(e.state),
             duration_label(e, s.time_ns),
+            e.call_site.as_deref().unwrap_or("-"),
             awaited_label(&awaited(s, e).iter().map(|&r| g(r)).collect::<Vec<_>>()),
         );
     }

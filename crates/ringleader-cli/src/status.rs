@@ -468,8 +468,18 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
-        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let idle = Beat {
+            last_started: 2,
+            last_completed: 2,
+            running: None,
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
+        };
         let status = JobStatus {
             generation: 4,
             ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
@@ -495,6 +505,9 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![2] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
         let status = JobStatus {
             generation: 4,
@@ -526,8 +539,18 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
-        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let idle = Beat {
+            last_started: 2,
+            last_completed: 2,
+            running: None,
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
+        };
         let mut late = rank(3, Liveness::Connected, None);
         late.world_size = Some(4);
         let status = JobStatus {
