@@ -25,6 +25,7 @@
 //! modules turn trouble into verdicts.
 
 mod algo;
+mod arrivals;
 mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;

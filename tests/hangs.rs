@@ -196,6 +196,21 @@ fn recv_chain(c: &Communicator) -> ringleader::Result<()> {
     }
 }
 
+/// 200 all_reduces, one step every 50 ms: every rank works 50 ms before
+/// each one; with `RL_ARG=late` only rank 1 does, so it enters every one
+/// 50 ms after the others.
+fn paced(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32; 64];
+    let works = arg() != "late" || c.rank() == 1;
+    for _ in 0..200 {
+        if works {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.all_reduce(&mut t, ReduceOp::Sum)?;
+    }
+    Ok(())
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
@@ -210,6 +225,7 @@ fn worker() {
         "straggler" => guarded(straggler),
         "dumps" => guarded(dumps),
         "recv_first" => guarded(recv_first),
+        "paced" => guarded(paced),
         "recv_chain" => guarded(recv_chain),
         other => panic!("unknown scenario {other}"),
     };
@@ -483,5 +499,33 @@ fn a_chain_of_receives_names_the_rank_at_its_end() {
         // The verdict waits up to 2 s for the snapshot of the live rank
         // outside the operation (rank 2) before it names it.
         assert!(e.elapsed_ms < 3000 + 3000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+/// The share in `[straggler] rank R arrived last in P% ...` of rank 0's output.
+fn arrived_last(stderr: &str, rank: usize) -> Option<u32> {
+    let needle = format!("[straggler] rank {rank} arrived last in ");
+    let at = stderr.find(&needle)? + needle.len();
+    stderr[at..].split('%').next()?.parse().ok()
+}
+
+#[test]
+fn a_rank_late_to_every_step_is_named_by_its_arrivals() {
+    let outs = run(JobSpec::new(3, "paced").env("RL_ARG", "late").env("RINGLEADER_TIMEOUT", "20").limit(60));
+    assert_all_ok(&outs);
+    let share = arrived_last(&outs[0].stderr, 1).unwrap_or_else(|| panic!("no straggler warning:\n{}", outs[0].stderr));
+    assert!(share > 90, "{}", outs[0].stderr);
+    assert!(outs[0].stderr.contains("median lag"), "{}", outs[0].stderr);
+    for r in [0, 2] {
+        assert_eq!(arrived_last(&outs[0].stderr, r), None, "{}", outs[0].stderr);
+    }
+}
+
+#[test]
+fn ranks_at_the_same_pace_raise_no_straggler_warning() {
+    let outs = run(JobSpec::new(3, "paced").env("RINGLEADER_TIMEOUT", "20").limit(60));
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(!o.stderr.contains("[straggler]"), "rank {}: {}", o.rank, o.stderr);
     }
 }

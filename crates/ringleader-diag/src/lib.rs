@@ -8,6 +8,8 @@
 //!   (and writes as its dump), and the heartbeat payload;
 //! - [`deadlock`]: the wait-for graph of ranks blocked in send/recv, and
 //!   the cycle (or the chain's end) it finds;
+//! - [`straggler`]: who arrived last at recent collectives, and by how much;
+//! - [`trace`]: the flight records as a Perfetto / Chrome trace;
 //! - [`mod@verdict`]: a pure function from every rank's snapshot and the store's
 //!   view of the job to one [`ringleader_core::Diagnosis`].
 //!
@@ -20,6 +22,8 @@ pub mod clock;
 pub mod deadlock;
 pub mod recorder;
 pub mod snapshot;
+pub mod straggler;
+pub mod trace;
 pub mod verdict;
 
 pub use callsite::CallSite;
