@@ -27,7 +27,8 @@
 //! SIGKILL, so nothing a rank started (a grandchild in its group) outlives
 //! the job.
 //! The launcher's exit code is that of the first rank that failed on its own
-//! (128 + signal for a signal), else 128 + the signal the launcher got, else 0.
+//! (128 + signal for a signal), else 128 + the signal the launcher got, else
+//! 1 if the ranks published a verdict, else 0.
 
 use super::child::RankProcess;
 use super::ending::Ending;
@@ -49,6 +50,9 @@ const VERDICT_GRACE: Duration = Duration::from_millis(500);
 /// From SIGTERM to SIGKILL when the verdict is out: nothing is left to wait
 /// for, and the job must end within 2 s of it.
 const VERDICT_KILL_AFTER: Duration = Duration::from_secs(1);
+/// The launcher's exit code when the ranks published a verdict but none
+/// failed on its own before the launcher ended them.
+const VERDICT_EXIT_CODE: i32 = 1;
 /// How long output pipes may stay open once every rank has ended (a
 /// background process of a rank can hold them).
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
@@ -165,7 +169,13 @@ impl Supervisor {
         }
         self.drain_output();
         self.reap();
-        let code = self.first_failure.or(self.launcher_signal.map(|s| 128 + s)).unwrap_or(0);
+        // A job with a verdict failed, even when every rank that read it
+        // was still on its way out when the launcher ended it.
+        let code = self
+            .first_failure
+            .or(self.launcher_signal.map(|s| 128 + s))
+            .or(self.verdict.then_some(VERDICT_EXIT_CODE))
+            .unwrap_or(0);
         (code, self.recorder)
     }
 
