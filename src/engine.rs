@@ -22,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use ringleader_core::fault::{self, Point};
 use ringleader_core::reduce::finish_avg;
 use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
+use ringleader_diag::CallSite;
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
@@ -92,6 +93,8 @@ pub(crate) struct Submission {
     pub io: RawBuf,
     pub io_ro: bool,
     pub out: RawBuf,
+    /// Where the user's code made the call.
+    pub site: Option<CallSite>,
 }
 
 /// An operation with its number and its completion.
@@ -337,7 +340,11 @@ impl Shared {
         s.seq += 1;
         let seq = s.seq;
         let inline = sync && !s.busy && s.queue.is_empty();
-        let record = if inline { self.fr.record_started(req.fp, seq, 0) } else { self.fr.record(req.fp, seq, 0) };
+        let record = if inline {
+            self.fr.record_started_at(req.fp, seq, 0, req.site)
+        } else {
+            self.fr.record_at(req.fp, seq, 0, req.site)
+        };
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
             Task::Coll(_) => watchdog::op_timeout(self.cfg.timeout, None),
@@ -590,7 +597,9 @@ impl Shared {
 
     /// This rank's progress in a heartbeat.
     pub(crate) fn beat(&self) -> Beat {
-        Beat::of(&self.fr, *self.current.lock(), &self.awaited)
+        let mut b = Beat::of(&self.fr, *self.current.lock(), &self.awaited);
+        b.p2p = self.p2p.waits.lock().clone();
+        b
     }
 
     /// This rank's snapshot.

@@ -40,6 +40,7 @@
 #![deny(unsafe_code)]
 
 mod algo;
+mod arrivals;
 mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -62,5 +63,5 @@ pub use half::{bf16, f16};
 pub use ringleader_core::{
     Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,
 };
-pub use ringleader_diag::{Entry, State};
+pub use ringleader_diag::{callsite, CallSite, Entry, State};
 pub use work::Work;

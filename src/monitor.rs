@@ -80,6 +80,7 @@ struct Monitor {
     dog: Watchdog,
     /// The ranks the last stall warning named as late.
     late: Vec<Rank>,
+    arrivals: crate::arrivals::ArrivalWatch,
     pids: PidWatch,
 }
 
@@ -112,6 +113,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 dump_counter: None,
                 dog: Watchdog::new(stall_warn),
                 late: Vec::new(),
+                arrivals: Default::default(),
                 pids,
             }
             .run()
@@ -125,6 +127,9 @@ impl Monitor {
             if self.store.is_some() {
                 self.heartbeat();
                 self.poll_store();
+                if let Some(store) = self.store.as_mut() {
+                    self.arrivals.tick(&self.shared, store);
+                }
             } else if self.stop.sleep(TICK) {
                 break;
             }

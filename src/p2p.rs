@@ -23,6 +23,7 @@ use crate::work::Completion;
 use parking_lot::Mutex;
 use ringleader_core::fault::{self, Point};
 use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
+use ringleader_diag::snapshot::P2pWait;
 use ringleader_transport::driver::{check_header, lost, read_some, write_frame};
 use ringleader_transport::frame::{pad, FrameHeader, FrameKind, HEADER_LEN};
 use ringleader_transport::shm::Waiter;
@@ -75,6 +76,10 @@ pub(crate) struct P2p {
     /// Peers with a send or receive in flight, for the monitor, which aborts
     /// them when such a peer dies or leaves.
     pub pending: RankSet,
+    /// The head send and receive of each peer, oldest first: what this rank
+    /// waits in, for its heartbeat and snapshot (the verdict's wait-for
+    /// graph).
+    pub waits: Mutex<Vec<P2pWait>>,
 }
 
 impl std::fmt::Debug for P2p {
@@ -93,6 +98,7 @@ impl P2p {
             waiter,
             thread: Mutex::new(None),
             pending: RankSet::new(world),
+            waits: Mutex::new(Vec::new()),
         })
     }
 
@@ -177,6 +183,8 @@ struct Lane {
     published: Vec<Rank>,
     /// The operation being moved (record, op, seq), for the error of a panic.
     moving: Option<(u64, OpKind, u64)>,
+    /// The record ids of the heads last published in `P2p::waits`.
+    heads: Vec<u64>,
 }
 
 impl Lane {
@@ -190,6 +198,7 @@ impl Lane {
             recvs: (0..n).map(|_| Flow::default()).collect(),
             published: Vec::new(),
             moving: None,
+            heads: Vec::new(),
         };
         loop {
             match catch_unwind(AssertUnwindSafe(|| lane.take_new().then(|| lane.step()))) {
@@ -227,7 +236,24 @@ impl Lane {
             self.shared.p2p.pending.replace(&self.published, &pending);
             self.published = pending;
         }
-        !(q.shutdown && self.published.is_empty())
+        let shutdown = q.shutdown;
+        drop(q);
+        self.publish_waits();
+        !(shutdown && self.published.is_empty())
+    }
+
+    /// Publishes the head of every flow in `P2p::waits` when they changed
+    /// (compared by record id, so an idle loop takes no lock).
+    fn publish_waits(&mut self) {
+        let mut heads: Vec<&(P2pJob, Instant)> =
+            self.sends.iter().chain(&self.recvs).filter_map(|f| f.jobs.front()).collect();
+        heads.sort_by_key(|(j, t)| (*t, j.record));
+        if heads.len() == self.heads.len() && heads.iter().zip(&self.heads).all(|((j, _), r)| j.record == *r) {
+            return;
+        }
+        self.heads = heads.iter().map(|(j, _)| j.record).collect();
+        *self.shared.p2p.waits.lock() =
+            heads.iter().map(|(j, _)| P2pWait { op: j.fp.op, peer: j.peer, seq: j.seq }).collect();
     }
 
     fn idle(&self) -> bool {
@@ -363,6 +389,7 @@ impl Lane {
         }
         self.shared.p2p.pending.replace(&self.published, &[]);
         self.published.clear();
+        self.publish_waits();
     }
 }
 

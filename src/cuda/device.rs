@@ -277,6 +277,7 @@ pub(crate) fn run(comm: &Communicator, c: DeviceCall) -> Result<()> {
         input_count: ic,
         output,
         output_count: oc,
+        site: None,
     };
     if count == 0 {
         // Still a numbered collective, so every rank's sequence agrees.
@@ -457,7 +458,7 @@ fn staged(
 }
 
 fn host_call(c: &DeviceCall, input: *const u8, ic: usize, output: *mut u8, oc: usize) -> Call {
-    Call { op: c.op, dtype: c.dtype, input, input_count: ic, output, output_count: oc }
+    Call { op: c.op, dtype: c.dtype, input, input_count: ic, output, output_count: oc, site: None }
 }
 
 #[cfg(test)]

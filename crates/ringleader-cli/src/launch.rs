@@ -6,7 +6,9 @@
 //! node 0, prefixes every line the ranks print with `[rank{R}]: `, and when a
 //! rank fails it prints how (exit code, signal, OOM kill), records that in
 //! the store under `rl/exit/{rank}`, gives the others a grace period to print
-//! their own diagnosis, and tears them down.
+//! their own diagnosis, and tears them down; once the ranks publish their
+//! verdict in the store, that grace shrinks to half a second (see
+//! [`supervise`]).
 //!
 //! Each rank runs in a process group of its own, and every signal the
 //! launcher sends goes to the whole group; when the job ends, for whatever
@@ -244,6 +246,10 @@ fn launch(args: LaunchArgs) -> Result<i32> {
         );
     }
     let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, made_token.as_deref(), &tx)?;
+    let verdict_tx = tx.clone();
+    store_link::watch_verdict(store_addr.clone(), plan.run_id.clone(), token.clone(), move |headline| {
+        let _ = verdict_tx.send(Event::Verdict(headline));
+    });
     drop(tx);
 
     let (code, recorder) = Supervisor::new(ranks, events, args.grace, oom, recorder).run();

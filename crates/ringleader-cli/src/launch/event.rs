@@ -1,5 +1,5 @@
 //! What the supervisor reacts to: rank processes ending, their output
-//! closing, and signals to the launcher. Children and the signal thread
+//! closing, signals to the launcher, and the ranks' published verdict. Children and the signal thread
 //! send these; the supervisor receives them (a file of its own so neither
 //! side imports the other).
 
@@ -19,4 +19,6 @@ pub(crate) enum Event {
     OutputClosed,
     /// The launcher received this signal.
     Signal(i32),
+    /// The ranks published their verdict (its headline).
+    Verdict(String),
 }
