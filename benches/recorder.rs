@@ -10,6 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use ringleader_core::{DType, Fingerprint, OpKind};
 use ringleader_diag::clock;
 use ringleader_diag::recorder::FlightRecorder;
+use ringleader_diag::CallSite;
 use std::hint::black_box;
 use std::time::{Instant, SystemTime};
 
@@ -27,6 +28,19 @@ fn recorder(c: &mut Criterion) {
             })
         });
     }
+    // The same with where the call came from, as every Rust collective
+    // records it (`#[track_caller]`: a pointer to static data).
+    let fr = FlightRecorder::new(2000, 600_000);
+    let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+    let mut seq = 0;
+    g.bench_function("record_started_at+completed/2000 (with call site)", |b| {
+        b.iter(|| {
+            seq += 1;
+            let site = Some(CallSite::Rust(std::panic::Location::caller()));
+            let id = fr.record_started_at(black_box(fp), seq, 0, black_box(site));
+            fr.completed_seq(id, seq);
+        })
+    });
     g.bench_function("stamp/clock::now", |b| b.iter(|| black_box(clock::now())));
     g.bench_function("stamp/Instant::now", |b| b.iter(|| black_box(Instant::now())));
     g.bench_function("stamp/SystemTime::now", |b| b.iter(|| black_box(SystemTime::now())));

@@ -21,6 +21,9 @@ fn beat(done: u64, running: Option<u64>, awaited: Vec<usize>) -> Beat {
         last_started: running.unwrap_or(done),
         last_completed: done,
         running: running.map(|seq| Running { seq, fingerprint: fp, running_ms: 9_500, awaited_peers: awaited }),
+        p2p: Vec::new(),
+        running_site: None,
+        last_completed_site: None,
     }
 }
 

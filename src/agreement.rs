@@ -342,6 +342,9 @@ mod tests {
                 running_ms: 10,
                 awaited_peers: vec![],
             }),
+            p2p: vec![],
+            running_site: None,
+            last_completed_site: None,
         };
         s
     }

@@ -1,8 +1,7 @@
 //! The communicator: the public face of a rank in a job.
 
 use crate::algo::Coll;
-use crate::engine::{Enqueued, RawBuf, Request, Shared, Task};
-use crate::local;
+use crate::engine::{EngineParts, Enqueued, RawBuf, Shared, Submission, Task};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
@@ -12,11 +11,13 @@ use crate::work::Completion;
 use crate::work::Work;
 use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
-use ringleader_diag::Entry;
+use ringleader_diag::{CallSite, Entry};
 use ringleader_store::{Liveness, StoreServer};
 use ringleader_transport::frame::FrameHeader;
-use ringleader_transport::{Driver, Link};
+use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
+use ringleader_transport::Driver;
 use std::io::IoSlice;
+use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -104,9 +105,12 @@ pub struct Call {
     pub output: *mut u8,
     /// Elements in `output`.
     pub output_count: usize,
+    /// Where the user's code made the call, for the flight recorder.
+    pub site: Option<CallSite>,
 }
 
 impl Call {
+    #[track_caller]
     fn inplace<T: Element>(op: RawOp, buf: &mut [T]) -> Call {
         Call {
             op,
@@ -115,9 +119,11 @@ impl Call {
             input_count: 0,
             output: buf.as_mut_ptr() as *mut u8,
             output_count: buf.len(),
+            site: Some(CallSite::Rust(Location::caller())),
         }
     }
 
+    #[track_caller]
     fn outofplace<T: Element>(op: RawOp, input: &[T], output: &mut [T]) -> Call {
         Call {
             op,
@@ -126,6 +132,7 @@ impl Call {
             input_count: input.len(),
             output: output.as_mut_ptr() as *mut u8,
             output_count: output.len(),
+            site: Some(CallSite::Rust(Location::caller())),
         }
     }
 }
@@ -165,7 +172,12 @@ impl Communicator {
         let links = cfg.streams + 1;
         let mut joined = rendezvous::join(&cfg, links, &abort)?;
         let mut driver = Driver::new();
-        let (plane, waiter) = local::attach(&cfg, &joined.peers, &mut joined.mesh.links, links, &mut driver, &abort)?;
+        let hosts: Vec<PeerHost<'_>> = joined
+            .peers
+            .iter()
+            .map(|p| PeerHost { rank: p.rank, host: &p.host, boot_id: &p.boot_id, pid: p.pid })
+            .collect();
+        let (plane, waiter) = attach_shm(&cfg, &hosts, &mut joined.mesh.links, links, &mut driver, &abort)?;
         #[allow(unused_mut)]
         let mut plane_name = plane.name();
         #[cfg(feature = "rdma")]
@@ -174,22 +186,22 @@ impl Communicator {
         {
             plane_name = name;
         }
-        let lane: Vec<Option<Link>> = joined.mesh.links.iter_mut().map(Vec::pop).collect();
-        let p2p =
-            P2p::new(lane, waiter).map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
+        let lanes = Lanes::split(joined.mesh.links);
+        let p2p = P2p::new(lanes.send_recv, waiter)
+            .map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         let store_in_rank0 = cfg.store_addr.is_none();
-        let mut shared = Shared::new(
+        let mut shared = Shared::new(EngineParts {
             cfg,
-            hostname(),
+            host: hostname(),
             abort,
-            joined.mesh.links,
+            links: lanes.collectives,
             driver,
             p2p,
-            joined.aux,
-            joined.store_addr,
+            store: joined.aux,
+            store_addr: joined.store_addr,
             store_in_rank0,
-            joined.peers,
-        );
+            peers: joined.peers,
+        });
         shared.plane = plane_name;
         let shared = Arc::new(shared);
         let engine_shared = shared.clone();
@@ -272,7 +284,7 @@ impl Communicator {
     }
 
     /// Queues a send or receive on the point-to-point lane.
-    fn submit_p2p(&self, req: Request) -> Result<(Arc<Completion>, u64)> {
+    fn submit_p2p(&self, req: Submission) -> Result<(Arc<Completion>, u64)> {
         let sh = &self.shared;
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -283,7 +295,7 @@ impl Communicator {
         let send = req.fp.op == OpKind::Send;
         let peer = req.fp.root.unwrap_or(0) as Rank;
         let seq = sh.p2p.next_seq(send, peer);
-        let record = sh.fr.record(req.fp, 0, seq);
+        let record = sh.fr.record_at(req.fp, 0, seq, req.site);
         let done = Completion::new();
         let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.io, done: done.clone() };
         p2p::submit(sh, job)?;
@@ -291,7 +303,7 @@ impl Communicator {
     }
 
     /// Validates a call and turns it into an engine request.
-    fn request(&self, c: Call) -> Result<Request> {
+    fn request(&self, c: Call) -> Result<Submission> {
         let (n, rank) = (self.shared.world, self.shared.rank);
         let check_root = |what: &str, root: Rank| {
             if root >= n {
@@ -356,7 +368,7 @@ impl Communicator {
             RawOp::MonitoredBarrier { timeout, wait_all } => {
                 let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
                 let task = Task::MonitoredBarrier { timeout, wait_all };
-                return Ok(Request { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY });
+                return Ok(Submission { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY, site: c.site });
             }
         };
         let esz = c.dtype.size();
@@ -377,7 +389,7 @@ impl Communicator {
             RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
             _ => {}
         }
-        Ok(Request { task: Task::Coll(task), fp, io, io_ro, out })
+        Ok(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,
@@ -390,6 +402,7 @@ impl Communicator {
     /// the two must not overlap, and nothing else may write them until the
     /// call returns.
     #[doc(hidden)]
+    #[allow(unsafe_code)]
     pub unsafe fn call_raw(&self, call: Call) -> Result<()> {
         self.sync(call)
     }
@@ -400,17 +413,20 @@ impl Communicator {
     /// As for [`Communicator::call_raw`], until the returned [`Work`]
     /// completes (the `Work` does not keep the buffers alive).
     #[doc(hidden)]
+    #[allow(unsafe_code)]
     pub unsafe fn submit_raw(&self, call: Call) -> Result<Work<()>> {
         self.queue(call, ())
     }
 
     /// Reduces `buf` across all ranks, in place: every rank ends with the
     /// same result.
+    #[track_caller]
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.sync(Call::inplace(RawOp::AllReduce { op }, buf))
     }
 
     /// Background [`Communicator::all_reduce`]; the [`Work`] gives the buffer back.
+    #[track_caller]
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Result<Work<Vec<T>>> {
         let call = Call::inplace(RawOp::AllReduce { op }, &mut buf);
         self.queue(call, buf)
@@ -418,11 +434,13 @@ impl Communicator {
 
     /// Concatenates every rank's `input`, in rank order, into `output`
     /// (`world_size * input.len()` elements).
+    #[track_caller]
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.sync(Call::outofplace(RawOp::AllGather, input, output))
     }
 
     /// Background [`Communicator::all_gather`]; gives `(input, output)` back.
+    #[track_caller]
     pub fn all_gather_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
         let call = Call::outofplace(RawOp::AllGather, &input, &mut output);
         self.queue(call, (input, output))
@@ -430,11 +448,13 @@ impl Communicator {
 
     /// Reduces `input` (`world_size * output.len()` elements) across ranks
     /// and leaves segment `rank` of the result in `output`.
+    #[track_caller]
     pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
         self.sync(Call::outofplace(RawOp::ReduceScatter { op }, input, output))
     }
 
     /// Background [`Communicator::reduce_scatter`]; gives `(input, output)` back.
+    #[track_caller]
     pub fn reduce_scatter_async<T: Element>(
         &self,
         input: Vec<T>,
@@ -446,11 +466,13 @@ impl Communicator {
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
+    #[track_caller]
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
         self.sync(Call::inplace(RawOp::Broadcast { root }, buf))
     }
 
     /// Background [`Communicator::broadcast`].
+    #[track_caller]
     pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: Rank) -> Result<Work<Vec<T>>> {
         let call = Call::inplace(RawOp::Broadcast { root }, &mut buf);
         self.queue(call, buf)
@@ -458,11 +480,13 @@ impl Communicator {
 
     /// Reduces `buf` across ranks into `root`'s `buf`; other ranks' buffers
     /// are left unchanged.
+    #[track_caller]
     pub fn reduce<T: Element>(&self, buf: &mut [T], root: Rank, op: ReduceOp) -> Result<()> {
         self.sync(Call::inplace(RawOp::Reduce { root, op }, buf))
     }
 
     /// Background [`Communicator::reduce`].
+    #[track_caller]
     pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, root: Rank, op: ReduceOp) -> Result<Work<Vec<T>>> {
         let call = Call::inplace(RawOp::Reduce { root, op }, &mut buf);
         self.queue(call, buf)
@@ -471,11 +495,13 @@ impl Communicator {
     /// Sends segment `j` of `input` to rank `j` and receives rank `j`'s
     /// segment for us into segment `j` of `output` (both `world_size`
     /// equal segments).
+    #[track_caller]
     pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
         self.sync(Call::outofplace(RawOp::AllToAll, input, output))
     }
 
     /// Background [`Communicator::all_to_all`]; gives `(input, output)` back.
+    #[track_caller]
     pub fn all_to_all_async<T: Element>(&self, input: Vec<T>, mut output: Vec<T>) -> Result<Work<(Vec<T>, Vec<T>)>> {
         let call = Call::outofplace(RawOp::AllToAll, &input, &mut output);
         self.queue(call, (input, output))
@@ -483,33 +509,39 @@ impl Communicator {
 
     /// Sends `buf` to rank `dst`, which must call [`Communicator::recv`]
     /// with the same element count. Returns once the data is on its way.
+    #[track_caller]
     pub fn send<T: Element>(&self, buf: &[T], dst: Rank) -> Result<()> {
         self.sync(Call::outofplace(RawOp::Send { peer: dst }, buf, &mut []))
     }
 
     /// Background [`Communicator::send`].
+    #[track_caller]
     pub fn send_async<T: Element>(&self, buf: Vec<T>, dst: Rank) -> Result<Work<Vec<T>>> {
         let call = Call::outofplace(RawOp::Send { peer: dst }, &buf, &mut []);
         self.queue(call, buf)
     }
 
     /// Receives `buf.len()` elements from rank `src`.
+    #[track_caller]
     pub fn recv<T: Element>(&self, buf: &mut [T], src: Rank) -> Result<()> {
         self.sync(Call::inplace(RawOp::Recv { peer: src }, buf))
     }
 
     /// Background [`Communicator::recv`].
+    #[track_caller]
     pub fn recv_async<T: Element>(&self, mut buf: Vec<T>, src: Rank) -> Result<Work<Vec<T>>> {
         let call = Call::inplace(RawOp::Recv { peer: src }, &mut buf);
         self.queue(call, buf)
     }
 
     /// Returns once every rank has entered the barrier.
+    #[track_caller]
     pub fn barrier(&self) -> Result<()> {
         self.sync(Call::inplace::<u8>(RawOp::Barrier, &mut []))
     }
 
     /// Background [`Communicator::barrier`].
+    #[track_caller]
     pub fn barrier_async(&self) -> Result<Work<()>> {
         self.queue(Call::inplace::<u8>(RawOp::Barrier, &mut []), ())
     }
@@ -519,6 +551,7 @@ impl Communicator {
     /// pass monitored_barrier in 4000 ms"): all of them with
     /// `wait_all_ranks`, else the first. The other ranks fail pointing at
     /// rank 0's report. The communicator stays usable afterwards.
+    #[track_caller]
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<()> {
         self.sync(Call::inplace::<u8>(RawOp::MonitoredBarrier { timeout, wait_all: wait_all_ranks }, &mut []))
     }

@@ -22,10 +22,11 @@ use parking_lot::{Condvar, Mutex};
 use ringleader_core::fault::{self, Point};
 use ringleader_core::reduce::finish_avg;
 use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
+use ringleader_diag::CallSite;
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{Buf, Driver, Link, OpInfo, Plan, Region};
+use ringleader_transport::{AnyLink, Buf, Driver, OpInfo, Plan, Region, Watch};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,6 +44,7 @@ pub(crate) struct RawBuf {
 // belongs to runs, and its submitter keeps the memory alive and unaliased
 // until the operation completes (sync calls block; async calls own the
 // buffer in their Work, or the C caller promises it).
+#[allow(unsafe_code)]
 unsafe impl Send for RawBuf {}
 
 impl RawBuf {
@@ -61,6 +63,7 @@ impl RawBuf {
     ///
     /// # Safety
     /// The range must be valid for `'a`, and not aliased unless `ro`.
+    #[allow(unsafe_code)]
     pub(crate) unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
         if self.len == 0 || self.ptr.is_null() {
             return Buf::Rw(&mut []);
@@ -84,12 +87,14 @@ pub(crate) enum Task {
 
 /// An operation as submitted.
 #[derive(Debug)]
-pub(crate) struct Request {
+pub(crate) struct Submission {
     pub task: Task,
     pub fp: Fingerprint,
     pub io: RawBuf,
     pub io_ro: bool,
     pub out: RawBuf,
+    /// Where the user's code made the call.
+    pub site: Option<CallSite>,
 }
 
 /// An operation with its number and its completion.
@@ -150,7 +155,7 @@ struct Sched {
 /// What running an operation needs, used by one operation at a time.
 #[derive(Debug)]
 pub(crate) struct Exec {
-    pub links: Vec<Vec<Link>>,
+    pub links: Vec<Vec<AnyLink>>,
     driver: Driver,
     plan: Plan,
     plan_scratch: algo::Scratch,
@@ -161,6 +166,9 @@ pub(crate) struct Exec {
 /// monitor thread.
 pub(crate) struct Shared {
     pub cfg: Config,
+    /// The algorithm `cfg.algo` forces, parsed once here (`None`: each
+    /// collective picks by size).
+    algo: Option<algo::Algo>,
     pub rank: Rank,
     pub world: usize,
     pub host: String,
@@ -231,20 +239,26 @@ pub(crate) enum Enqueued {
     Queued(Arc<Completion>, u64),
 }
 
+/// What a rank that joined its job hands the engine ([`Shared::new`]).
+pub(crate) struct EngineParts {
+    pub cfg: Config,
+    pub host: String,
+    pub abort: AbortSignal,
+    /// The collectives' links (`links[peer][stream]`).
+    pub links: Vec<Vec<AnyLink>>,
+    pub driver: Driver,
+    /// The send/recv lane.
+    pub p2p: crate::p2p::P2p,
+    /// The auxiliary store connection.
+    pub store: StoreClient,
+    pub store_addr: String,
+    pub store_in_rank0: bool,
+    pub peers: Vec<PeerInfo>,
+}
+
 impl Shared {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        cfg: Config,
-        host: String,
-        abort: AbortSignal,
-        links: Vec<Vec<Link>>,
-        driver: Driver,
-        p2p: crate::p2p::P2p,
-        store: StoreClient,
-        store_addr: String,
-        store_in_rank0: bool,
-        peers: Vec<PeerInfo>,
-    ) -> Shared {
+    pub(crate) fn new(parts: EngineParts) -> Shared {
+        let EngineParts { cfg, host, abort, links, driver, p2p, store, store_addr, store_in_rank0, peers } = parts;
         let world = cfg.world_size;
         Shared {
             rank: cfg.rank,
@@ -277,6 +291,7 @@ impl Shared {
             p2p,
             ended: Mutex::new(Vec::new()),
             awaited: RankSet::new(world),
+            algo: algo::Algo::forced(cfg.algo.as_deref()),
             cfg,
         }
     }
@@ -311,7 +326,7 @@ impl Shared {
     }
 
     /// Numbers, records and queues an operation.
-    pub(crate) fn enqueue(&self, req: Request, sync: bool) -> Result<Enqueued> {
+    pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
@@ -325,7 +340,11 @@ impl Shared {
         s.seq += 1;
         let seq = s.seq;
         let inline = sync && !s.busy && s.queue.is_empty();
-        let record = if inline { self.fr.record_started(req.fp, seq, 0) } else { self.fr.record(req.fp, seq, 0) };
+        let record = if inline {
+            self.fr.record_started_at(req.fp, seq, 0, req.site)
+        } else {
+            self.fr.record_at(req.fp, seq, 0, req.site)
+        };
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
             Task::Coll(_) => watchdog::op_timeout(self.cfg.timeout, None),
@@ -366,7 +385,7 @@ impl Shared {
     }
 
     /// Runs a synchronous operation to completion.
-    pub(crate) fn run_sync(&self, req: Request) -> Result<()> {
+    pub(crate) fn run_sync(&self, req: Submission) -> Result<()> {
         match self.enqueue(req, true)? {
             Enqueued::Inline(job) => {
                 // Idle again however this ends (a panic is caught in
@@ -540,7 +559,7 @@ impl Shared {
         let Exec { links, driver, plan, plan_scratch, scratch } = &mut *x;
         let dtype = job.fp.dtype;
         let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
-        let prep = algo::schedule(coll, sh, self.cfg.algo.as_deref(), plan, plan_scratch);
+        let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
         let words = prep.scratch_bytes.div_ceil(8);
         if scratch.len() < words {
             scratch.resize(words, 0);
@@ -549,6 +568,7 @@ impl Shared {
         // SAFETY: the submitter keeps both buffers alive and unaliased (the
         // input may be shared, hence read only) until this job completes,
         // which happens after this function returns.
+        #[allow(unsafe_code)]
         let (io, out) = unsafe { (job.io.buf(job.io_ro), job.out.buf(false)) };
         let mut bufs = [io, out, Buf::Rw(&mut scratch[..prep.scratch_bytes])];
         if let Some((from, to)) = prep.copy {
@@ -556,7 +576,8 @@ impl Shared {
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         let deadline = Instant::now() + job.timeout + watchdog::BACKSTOP;
-        driver.run(links, &mut bufs, plan, &[op], &self.abort, Some(deadline), &self.awaited)?;
+        let watch = Watch { abort: &self.abort, deadline: Some(deadline), awaited: &self.awaited };
+        driver.run(links, &mut bufs, plan, &op, &watch)?;
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
@@ -576,7 +597,9 @@ impl Shared {
 
     /// This rank's progress in a heartbeat.
     pub(crate) fn beat(&self) -> Beat {
-        Beat::of(&self.fr, *self.current.lock(), &self.awaited)
+        let mut b = Beat::of(&self.fr, *self.current.lock(), &self.awaited);
+        b.p2p = self.p2p.waits.lock().clone();
+        b
     }
 
     /// This rank's snapshot.

@@ -45,6 +45,10 @@ impl Shared {
             self.fr.failed(record, &f.to_string(), Vec::new());
             return f;
         }
+        // The ranks whose processes had ended when this rank failed: a peer
+        // that ends later (it printed its own verdict and exited) is no
+        // culprit of this failure, should this rank have to decide alone.
+        let ended_before = self.ended.lock().clone();
         self.abort.abort(local.clone());
         // What a person reads names global ranks; the observation's fields
         // stay in this communicator's ranks, as every snapshot's do.
@@ -67,7 +71,7 @@ impl Shared {
             Ok(agreed) => agreed,
             Err(e) => {
                 log::warn(&self.cfg, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
-                (self.decide_alone(&observation), None)
+                (self.decide_alone(&observation, &ended_before), None)
             }
         };
         let dumped = self.write_dump_with(Some(observation), Some(&diagnosis), job);
@@ -162,10 +166,8 @@ impl Shared {
     }
 
     /// A verdict from this rank's own knowledge, when the store is gone.
-    fn decide_alone(&self, observation: &Observation) -> Diagnosis {
-        let mut peers: Vec<PeerView> = self
-            .ended
-            .lock()
+    fn decide_alone(&self, observation: &Observation, ended: &[Rank]) -> Diagnosis {
+        let mut peers: Vec<PeerView> = ended
             .iter()
             .map(|&r| PeerView {
                 rank: r,

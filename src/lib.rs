@@ -23,9 +23,25 @@
 //! simulated in tests); the engine runs plans in submission order through
 //! the transport's driver; the monitor, failure and monitored-barrier
 //! modules turn trouble into verdicts.
+//!
+//! The data plane is the `ringleader-transport` crate: links of every
+//! transport behind one `Link` interface, their set-up over the TCP mesh
+//! (`plane`), and the driver that runs plans over them; its crate docs map
+//! which file to open for a new transport, a change to how a rank waits,
+//! or a zero-copy protocol. Here, `comm.rs` joins a job (rendezvous, then
+//! the transport's set-up), `rdma.rs` wires RDMA in (its endpoints go
+//! through the store), and `p2p.rs` runs the send/recv lane on the link
+//! per pair that set-up keeps apart for it.
+
+// Unsafe code is confined to the few places that turn a caller's raw
+// buffers into slices (engine's RawBuf and the send/recv lane that uses
+// it), the raw entry points the C ABI calls (comm, cuda) and the CUDA
+// device staging; each carries a scoped allow and a SAFETY argument.
+#![deny(unsafe_code)]
 
 mod agreement;
 mod algo;
+mod arrivals;
 mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -33,7 +49,6 @@ mod dumps;
 mod engine;
 mod failure;
 mod heartbeat;
-mod local;
 mod log;
 mod monitor;
 mod monitored;
@@ -50,5 +65,5 @@ pub use half::{bf16, f16};
 pub use ringleader_core::{
     Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,
 };
-pub use ringleader_diag::{Entry, State};
+pub use ringleader_diag::{callsite, CallSite, Entry, State};
 pub use work::Work;

@@ -118,6 +118,7 @@ struct Monitor {
     dog: Watchdog,
     /// The ranks the last stall warning named as late.
     late: Vec<Rank>,
+    arrivals: crate::arrivals::ArrivalWatch,
     pids: PidWatch,
 }
 
@@ -148,6 +149,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 published: false,
                 dog: Watchdog::new(stall_warn),
                 late: Vec::new(),
+                arrivals: Default::default(),
                 pids,
             }
             .run()
@@ -161,6 +163,9 @@ impl Monitor {
             if self.store.is_some() {
                 self.heartbeat();
                 self.poll_store();
+                if let Some(store) = self.store.as_mut() {
+                    self.arrivals.tick(&self.shared, store);
+                }
             } else if self.stop.sleep(TICK) {
                 break;
             }

@@ -23,21 +23,21 @@ use crate::work::Completion;
 use parking_lot::Mutex;
 use ringleader_core::fault::{self, Point};
 use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
-use ringleader_transport::driver::{check_header, lost, pad, read_some, write_frame};
-use ringleader_transport::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use ringleader_diag::snapshot::P2pWait;
+use ringleader_transport::driver::{check_header, lost, read_some, write_frame};
+use ringleader_transport::frame::{pad, FrameHeader, FrameKind, HEADER_LEN};
 use ringleader_transport::shm::Waiter;
-use ringleader_transport::{Buf, Link, OpInfo};
+use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Longest sleep of the lane thread; it also checks timeouts this often.
-const TICK: Duration = Duration::from_millis(200);
-/// While shared-memory and TCP links are both pending.
-const MIXED_TICK: Duration = Duration::from_millis(1);
+// The lane's sleeps: with every other wait constant, in the driver's
+// waiting policy.
+use ringleader_transport::driver::wait::{LANE_TICK as TICK, MIXED_POLL as MIXED_TICK};
 
 /// One queued send or receive.
 #[derive(Debug)]
@@ -69,13 +69,17 @@ struct Queue {
 /// queue, and what wakes the thread.
 pub(crate) struct P2p {
     queue: Mutex<Queue>,
-    links: Mutex<Option<Vec<Option<Link>>>>,
+    links: Mutex<Option<Vec<Option<AnyLink>>>>,
     kick: OwnedFd,
     waiter: Option<Waiter>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Peers with a send or receive in flight, for the monitor, which aborts
     /// them when such a peer dies or leaves.
     pub pending: RankSet,
+    /// The head send and receive of each peer, oldest first: what this rank
+    /// waits in, for its heartbeat and snapshot (the verdict's wait-for
+    /// graph).
+    pub waits: Mutex<Vec<P2pWait>>,
 }
 
 impl std::fmt::Debug for P2p {
@@ -85,7 +89,7 @@ impl std::fmt::Debug for P2p {
 }
 
 impl P2p {
-    pub(crate) fn new(links: Vec<Option<Link>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
+    pub(crate) fn new(links: Vec<Option<AnyLink>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
         let world = links.len();
         Ok(P2p {
             queue: Mutex::new(Queue { send_seq: vec![0; world], recv_seq: vec![0; world], ..Queue::default() }),
@@ -94,6 +98,7 @@ impl P2p {
             waiter,
             thread: Mutex::new(None),
             pending: RankSet::new(world),
+            waits: Mutex::new(Vec::new()),
         })
     }
 
@@ -171,13 +176,15 @@ impl Default for Flow {
 /// The lane thread's state.
 struct Lane {
     shared: Arc<Shared>,
-    links: Vec<Option<Link>>,
+    links: Vec<Option<AnyLink>>,
     sends: Vec<Flow>,
     recvs: Vec<Flow>,
     /// The peers last published in `P2p::pending`.
     published: Vec<Rank>,
     /// The operation being moved (record, op, seq), for the error of a panic.
     moving: Option<(u64, OpKind, u64)>,
+    /// The record ids of the heads last published in `P2p::waits`.
+    heads: Vec<u64>,
 }
 
 impl Lane {
@@ -191,6 +198,7 @@ impl Lane {
             recvs: (0..n).map(|_| Flow::default()).collect(),
             published: Vec::new(),
             moving: None,
+            heads: Vec::new(),
         };
         loop {
             match catch_unwind(AssertUnwindSafe(|| lane.take_new().then(|| lane.step()))) {
@@ -228,7 +236,24 @@ impl Lane {
             self.shared.p2p.pending.replace(&self.published, &pending);
             self.published = pending;
         }
-        !(q.shutdown && self.published.is_empty())
+        let shutdown = q.shutdown;
+        drop(q);
+        self.publish_waits();
+        !(shutdown && self.published.is_empty())
+    }
+
+    /// Publishes the head of every flow in `P2p::waits` when they changed
+    /// (compared by record id, so an idle loop takes no lock).
+    fn publish_waits(&mut self) {
+        let mut heads: Vec<&(P2pJob, Instant)> =
+            self.sends.iter().chain(&self.recvs).filter_map(|f| f.jobs.front()).collect();
+        heads.sort_by_key(|(j, t)| (*t, j.record));
+        if heads.len() == self.heads.len() && heads.iter().zip(&self.heads).all(|((j, _), r)| j.record == *r) {
+            return;
+        }
+        self.heads = heads.iter().map(|(j, _)| j.record).collect();
+        *self.shared.p2p.waits.lock() =
+            heads.iter().map(|(j, _)| P2pWait { op: j.fp.op, peer: j.peer, seq: j.seq }).collect();
     }
 
     fn idle(&self) -> bool {
@@ -273,7 +298,7 @@ impl Lane {
         let (flows, links) = if send { (&mut self.sends, &mut self.links) } else { (&mut self.recvs, &mut self.links) };
         let flow = &mut flows[peer];
         let Some((job, _)) = flow.jobs.front() else { return Ok(false) };
-        let Some(link) = links[peer].as_mut() else { return Ok(false) };
+        let Some(link) = links[peer].as_deref_mut() else { return Ok(false) };
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks };
         let len = job.buf.len();
         let total = HEADER_LEN + len + pad(len);
@@ -314,8 +339,8 @@ impl Lane {
             if flags.is_empty() {
                 continue;
             }
-            match link.fd() {
-                Some(fd) => fds.push(PollFd::from_borrowed_fd(fd, link.poll_events(flags))),
+            match link.wake().poll_fd(flags) {
+                Some(fd) => fds.push(fd),
                 None => shm = true,
             }
         }
@@ -324,8 +349,8 @@ impl Lane {
                 let ready = || {
                     self.links.iter().enumerate().any(|(peer, l)| {
                         l.as_ref().is_some_and(|l| {
-                            (!self.sends[peer].jobs.is_empty() && l.shm_ready(true))
-                                || (!self.recvs[peer].jobs.is_empty() && l.shm_ready(false))
+                            (!self.sends[peer].jobs.is_empty() && l.ready(true))
+                                || (!self.recvs[peer].jobs.is_empty() && l.ready(false))
                         })
                     }) || !p.queue.lock().jobs.is_empty()
                 };
@@ -364,10 +389,12 @@ impl Lane {
         }
         self.shared.p2p.pending.replace(&self.published, &[]);
         self.published.clear();
+        self.publish_waits();
     }
 }
 
-fn pump_send(flow: &mut Flow, link: &mut Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
+#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
+fn pump_send(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     if flow.off == 0 {
         flow.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, job.buf.len() as u64).encode();
@@ -391,7 +418,8 @@ fn pump_send(flow: &mut Flow, link: &mut Link, op: &OpInfo, moved: &mut bool) ->
     Ok(())
 }
 
-fn pump_recv(flow: &mut Flow, link: &mut Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
+#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
+fn pump_recv(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
     let job = &flow.jobs.front().expect("head exists").0;
     let len = job.buf.len();
     let total = HEADER_LEN + len + pad(len);

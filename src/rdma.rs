@@ -15,12 +15,13 @@
 //! TCP; `rdma` without a device on any rank is an `invalid-argument` error
 //! that names the rank and the reason.
 
-use crate::local::{handshake, Plane};
 use crate::rendezvous::PeerInfo;
 use ringleader_core::{AbortSignal, Config, Error, Rank, Result, TransportKind};
 use ringleader_store::{keys, StoreClient};
+use ringleader_transport::link::Wake;
+use ringleader_transport::plane::{handshake, Plane};
 use ringleader_transport::rdma::{self, Endpoint, LinkParams, RdmaLink};
-use ringleader_transport::Link;
+use ringleader_transport::AnyLink;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ fn plane_name(plane: Plane, all_remote_on_rdma: bool) -> &'static str {
 pub(crate) fn attach(
     cfg: &Config,
     peers: &[PeerInfo],
-    links: &mut [Vec<Link>],
+    links: &mut [Vec<AnyLink>],
     store: &mut StoreClient,
     abort: &AbortSignal,
     plane: Plane,
@@ -57,7 +58,8 @@ pub(crate) fn attach(
     if cfg.transport == TransportKind::Tcp || cfg.transport == TransportKind::Shm {
         return Ok(None);
     }
-    let remote: Vec<Rank> = (0..links.len()).filter(|&p| links[p].first().is_some_and(|l| !l.is_shm())).collect();
+    let remote: Vec<Rank> =
+        (0..links.len()).filter(|&p| links[p].first().is_some_and(|l| !matches!(l.wake(), Wake::Doorbell))).collect();
     if remote.is_empty() {
         return Ok(None);
     }
@@ -146,7 +148,7 @@ pub(crate) fn attach(
     // went each way over TCP.
     handshake(cfg.rank, &connected, links, deadline, abort)?;
     for p in &connected {
-        links[*p] = mine.remove(p).unwrap_or_default().into_iter().map(Link::Rdma).collect();
+        links[*p] = mine.remove(p).unwrap_or_default().into_iter().map(|l| Box::new(l) as AnyLink).collect();
     }
     tracing::debug!(rank = cfg.rank, peers = ?connected, device = ?device, "RDMA links up");
     if connected.is_empty() {

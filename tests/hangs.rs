@@ -187,6 +187,49 @@ fn straggler(c: &Communicator) -> ringleader::Result<()> {
     Ok(())
 }
 
+/// Pipeline code gone wrong: every rank receives from its neighbour before
+/// sending to it, so no rank ever sends.
+fn recv_first(c: &Communicator) -> ringleader::Result<()> {
+    let peer = 1 - c.rank();
+    let mut buf = [0.0f32; 4];
+    c.recv(&mut buf, peer)?;
+    c.send(&buf, peer)
+}
+
+/// A chain: rank 0 receives from rank 1, which receives from rank 2, which
+/// is busy in its own code and never sends.
+fn recv_chain(c: &Communicator) -> ringleader::Result<()> {
+    let mut buf = [0.0f32; 4];
+    match c.rank() {
+        2 => {
+            std::thread::sleep(Duration::from_secs(7));
+            c.send(&buf, 1)
+        }
+        r => {
+            c.recv(&mut buf, r + 1)?;
+            if r == 1 {
+                c.send(&buf, 0)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// 200 all_reduces, one step every 50 ms: every rank works 50 ms before
+/// each one; with `RL_ARG=late` only rank 1 does, so it enters every one
+/// 50 ms after the others.
+fn paced(c: &Communicator) -> ringleader::Result<()> {
+    let mut t = [1.0f32; 64];
+    let works = arg() != "late" || c.rank() == 1;
+    for _ in 0..200 {
+        if works {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.all_reduce(&mut t, ReduceOp::Sum)?;
+    }
+    Ok(())
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
@@ -201,6 +244,9 @@ fn worker() {
         "straggler" => guarded(straggler),
         "dumps" => guarded(dumps),
         "many" => guarded(many),
+        "recv_first" => guarded(recv_first),
+        "paced" => guarded(paced),
+        "recv_chain" => guarded(recv_chain),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -485,4 +531,70 @@ fn at_256_ranks_a_skipper_and_a_kill_9_are_named_on_every_rank() {
     // The target is 2 s; a loaded 2-core machine running 256 ranks may
     // pass it, so the test holds the job to a bound it must never pass.
     assert!(after[after.len() - 1] < 10_000, "{after:?}");
+}
+
+#[test]
+fn two_ranks_each_receiving_first_are_named_as_a_cycle_within_the_timeout_plus_2_s() {
+    let outs = run(JobSpec::new(2, "recv_first").env("RINGLEADER_TIMEOUT", "3").limit(30));
+    for o in &outs {
+        let e = err_of(o);
+        assert_eq!(e.kind, "missed-collective", "{}", e.message);
+        assert_eq!(e.ranks, vec![0, 1], "{}", e.message);
+        assert!(
+            e.message.contains("deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.op.as_deref(), Some("recv"), "{}", e.message);
+        eprintln!("rank {}: the cycle was named after {} ms (timeout 3 s)", o.rank, e.elapsed_ms);
+        assert!(e.elapsed_ms < 3000 + 2000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+#[test]
+fn a_chain_of_receives_names_the_rank_at_its_end() {
+    let outs = run(JobSpec::new(3, "recv_chain").env("RINGLEADER_TIMEOUT", "3").limit(40));
+    for r in [0, 1] {
+        let e = err_of(&outs[r]);
+        assert_eq!(e.kind, "missed-collective", "{}", e.message);
+        assert_eq!(e.ranks, vec![2], "{}", e.message);
+        assert!(
+            e.message.contains(
+                "rank 0 waits to receive from rank 1, which waits to receive from rank 2, which is outside any operation"
+            ),
+            "{}",
+            e.message
+        );
+        // The verdict waits up to 2 s for the snapshot of the live rank
+        // outside the operation (rank 2) before it names it.
+        assert!(e.elapsed_ms < 3000 + 3000, "took {} ms", e.elapsed_ms);
+    }
+}
+
+/// The share in `[straggler] rank R arrived last in P% ...` of rank 0's output.
+fn arrived_last(stderr: &str, rank: usize) -> Option<u32> {
+    let needle = format!("[straggler] rank {rank} arrived last in ");
+    let at = stderr.find(&needle)? + needle.len();
+    stderr[at..].split('%').next()?.parse().ok()
+}
+
+#[test]
+fn a_rank_late_to_every_step_is_named_by_its_arrivals() {
+    let outs = run(JobSpec::new(3, "paced").env("RL_ARG", "late").env("RINGLEADER_TIMEOUT", "20").limit(60));
+    assert_all_ok(&outs);
+    let share = arrived_last(&outs[0].stderr, 1).unwrap_or_else(|| panic!("no straggler warning:\n{}", outs[0].stderr));
+    assert!(share > 90, "{}", outs[0].stderr);
+    assert!(outs[0].stderr.contains("median lag"), "{}", outs[0].stderr);
+    for r in [0, 2] {
+        assert_eq!(arrived_last(&outs[0].stderr, r), None, "{}", outs[0].stderr);
+    }
+}
+
+#[test]
+fn ranks_at_the_same_pace_raise_no_straggler_warning() {
+    let outs = run(JobSpec::new(3, "paced").env("RINGLEADER_TIMEOUT", "20").limit(60));
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(!o.stderr.contains("[straggler]"), "rank {}: {}", o.rank, o.stderr);
+    }
 }

@@ -190,6 +190,16 @@ typedef struct rl_config {
 extern "C" {
 #endif // __cplusplus
 
+// Records `tag` (e.g. `train.c:42 in step`; at most 256 bytes are kept) as
+// where this thread's following operations are called from, until it is
+// set again; NULL clears it. Distinct tags are kept for the life of the
+// process (up to 16384, later ones are recorded as a fixed note), so tag by
+// code location, not by anything that changes per call.
+//
+// # Safety
+// `tag` NULL or NUL-terminated.
+int rl_set_call_site(const char *tag);
+
 // Joins the job described by the environment (`RANK`, `WORLD_SIZE`,
 // `MASTER_ADDR`, `MASTER_PORT`, Slurm's or Open MPI's variables, and the
 // `RINGLEADER_*` settings). On success `*out` is a new handle for

@@ -222,6 +222,7 @@ unsafe fn submit(
         input_count: input.count,
         output: output.ptr as *mut u8,
         output_count: output.count,
+        site: crate::callsite::current(),
     };
     if work.is_null() {
         // SAFETY: the caller guarantees the buffers are valid for the call; the facade

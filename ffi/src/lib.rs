@@ -21,7 +21,8 @@
 //! checks counts against the operation and refuses overlapping buffers.
 //! What it cannot check: that a pointer really addresses `count` elements.
 //!
-//! Layout: [`error`] (codes, last error, the panic guard), [`types`]
+//! Layout: [`error`] (codes, last error, the panic guard), [`callsite`]
+//! (where the caller's code makes its calls), [`types`]
 //! (enums), [`config`] (`rl_config`), [`comm`] (communicator and work),
 //! [`store`] (store server), [`device`] (collectives on CUDA device
 //! buffers).
@@ -37,6 +38,7 @@ macro_rules! tri {
     };
 }
 
+pub mod callsite;
 pub mod comm;
 pub mod config;
 pub mod device;

@@ -123,6 +123,8 @@ fn c_skipped_collective_reports_structured_fields() {
     assert!(line.contains("ranks=1"), "{line}");
     assert!(line.contains("seq=2"), "{line}");
     assert!(stdout.contains("[missed-collective]"), "{stdout}");
+    // Where rank 0 made the call it waits in, as its thread tagged it.
+    assert!(stdout.contains("rank 0 waits in it (called at skip.c:second in main)"), "{stdout}");
     // Rank 1 left cleanly: the verdict comes at once, not after the 20 s timeout.
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
 }

@@ -52,7 +52,8 @@ pub(crate) enum Algo {
 
 impl Algo {
     /// The algorithm `forced` (a `RINGLEADER_ALGO` value, checked at init)
-    /// names; `None` for automatic.
+    /// names; `None` for automatic. Parsed once, when the communicator
+    /// starts: the collectives take its result.
     pub(crate) fn forced(forced: Option<&str>) -> Option<Algo> {
         match parse_algo(forced?) {
             Ok(Some("ring")) => Some(Algo::Large),
@@ -62,8 +63,8 @@ impl Algo {
     }
 
     /// The algorithm for a message of `bytes`, unless `forced` names one.
-    pub(crate) fn pick(bytes: usize, forced: Option<&str>) -> Algo {
-        match Algo::forced(forced) {
+    pub(crate) fn pick(bytes: usize, forced: Option<Algo>) -> Algo {
+        match forced {
             Some(a) => a,
             None if bytes <= SMALL_BYTES => Algo::Small,
             None => Algo::Large,
@@ -71,8 +72,8 @@ impl Algo {
     }
 
     /// [`Algo::pick`] for a broadcast among `n` ranks.
-    pub(crate) fn pick_broadcast(bytes: usize, n: usize, forced: Option<&str>) -> Algo {
-        if Algo::forced(forced).is_none() && n == 2 && bytes <= PAIR_BROADCAST_BYTES {
+    pub(crate) fn pick_broadcast(bytes: usize, n: usize, forced: Option<Algo>) -> Algo {
+        if forced.is_none() && n == 2 && bytes <= PAIR_BROADCAST_BYTES {
             return Algo::Small;
         }
         Algo::pick(bytes, forced)
@@ -181,7 +182,7 @@ pub(crate) struct Prep {
 }
 
 /// Fills `plan` for `coll` on this rank and says what to do around it.
-pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<&str>, plan: &mut Plan, scratch: &mut Scratch) -> Prep {
+pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut Plan, scratch: &mut Scratch) -> Prep {
     plan.clear();
     let (r, n, esz) = (sh.rank, sh.n, sh.esz);
     let mut prep = Prep::default();

@@ -7,6 +7,10 @@
 //! scratch for GPU reductions and the compiled kernels; they live as long
 //! as the process. Calls on one context are serialized.
 
+// Device memory is reached through raw CUDA driver calls and pointers the
+// caller lends: each `unsafe` block here states why its pointers are valid.
+#![allow(unsafe_code)]
+
 use super::errors::{cuda_error, missing_library};
 use super::kernels::{kernel_source, launch_dims};
 use super::schedule::{chunks, pipeline, reduce_site, staging_bytes, ReduceSite, Step, CHUNK_BYTES};
@@ -273,6 +277,7 @@ pub(crate) fn run(comm: &Communicator, c: DeviceCall) -> Result<()> {
         input_count: ic,
         output,
         output_count: oc,
+        site: None,
     };
     if count == 0 {
         // Still a numbered collective, so every rank's sequence agrees.
@@ -453,7 +458,7 @@ fn staged(
 }
 
 fn host_call(c: &DeviceCall, input: *const u8, ic: usize, output: *mut u8, oc: usize) -> Call {
-    Call { op: c.op, dtype: c.dtype, input, input_count: ic, output, output_count: oc }
+    Call { op: c.op, dtype: c.dtype, input, input_count: ic, output, output_count: oc, site: None }
 }
 
 #[cfg(test)]

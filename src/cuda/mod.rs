@@ -43,6 +43,7 @@ impl Communicator {
     /// and `stream` a stream of that context (or null). Nothing may write
     /// the buffers until work queued on `stream` after the call runs.
     #[doc(hidden)]
+    #[allow(unsafe_code)]
     pub unsafe fn call_device_raw(&self, call: DeviceCall) -> Result<()> {
         device::run(self, call)
     }
@@ -65,7 +66,10 @@ impl Communicator {
         };
         // SAFETY: the slices' pointers and lengths come from cudarc, which
         // keeps them alive and (through the borrows) unaliased for the call.
-        unsafe { self.call_device_raw(call) }
+        #[allow(unsafe_code)]
+        unsafe {
+            self.call_device_raw(call)
+        }
     }
 
     /// [`Communicator::all_reduce`] on a device buffer, ordered on `stream`.

@@ -17,6 +17,7 @@ use clap::Args;
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Diagnosis, Group, Rank};
 use ringleader_diag::recorder::{Entry, State};
+use ringleader_diag::straggler::{self, Arrivals, RankStats};
 use ringleader_diag::{verdict, Evidence, PeerView, Snapshot};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -55,6 +56,13 @@ pub(crate) struct AnalyzeArgs {
     /// when DIR holds dumps of several runs].
     #[arg(long, value_name = "ID")]
     pub(crate) run_id: Option<String>,
+
+    /// Also write the ranks' flight records as a timeline to FILE: a trace
+    /// (JSON, Trace Event Format) that https://ui.perfetto.dev and
+    /// chrome://tracing open; one process per rank, one track per
+    /// communicator, the failing operation marked.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<PathBuf>,
 }
 
 /// One dump file, parsed.
@@ -99,6 +107,21 @@ pub(crate) fn run(args: AnalyzeArgs) -> i32 {
         );
     }
     let report = Report::build(&dumps, args.last);
+    if let Some(path) = &args.trace {
+        let snaps: Vec<Snapshot> = report.latest.iter().map(|d| d.snap.clone()).collect();
+        let t = ringleader_diag::trace::trace(&snaps);
+        match std::fs::write(path, serde_json::to_vec(&t).unwrap_or_default()) {
+            Ok(()) => eprintln!(
+                "ringleader analyze: wrote the timeline of {} rank(s) to {} (open it in https://ui.perfetto.dev)",
+                snaps.len(),
+                path.display()
+            ),
+            Err(e) => {
+                eprintln!("ringleader analyze: error: cannot write the trace to {}: {e}", path.display());
+                return 1;
+            }
+        }
+    }
     if report.quiet {
         eprintln!(
             "ringleader analyze: note: no rank had failed when it wrote its dump (dumps on request, \
@@ -255,6 +278,8 @@ pub(crate) struct Report<'a> {
     pub(crate) quiet: bool,
     /// Operations to show per rank.
     pub(crate) last: usize,
+    /// Who arrived last at the collectives every rank recorded.
+    pub(crate) arrivals: Vec<RankStats>,
 }
 
 impl<'a> Report<'a> {
@@ -284,7 +309,9 @@ impl<'a> Report<'a> {
         // without any observation were written on request (or by `dump()`).
         let quiet = ev.snapshots.iter().all(|s| s.observation.is_none() && s.verdict.is_none())
             && ev.peers.iter().all(|p| p.liveness != ringleader_diag::Liveness::Vanished);
-        Report { verdict, runtime, latest: latest.into_values().collect(), missing, group, quiet, last }
+        let latest: Vec<&Dump> = latest.into_values().collect();
+        let arrivals = straggler_stats(&latest, group.as_ref());
+        Report { verdict, runtime, latest, missing, group, quiet, last, arrivals }
     }
 
     /// The human-readable report.
@@ -301,6 +328,7 @@ impl<'a> Report<'a> {
         for d in &self.latest {
             out += &rank_section(d, self.last, self.group.as_ref());
         }
+        out += &arrivals_section(&self.arrivals);
         out += "\n";
         if self.missing.is_empty() {
             out += "Every rank left a dump.\n";
@@ -341,8 +369,44 @@ impl<'a> Report<'a> {
             "no_failure_seen": self.quiet,
             "ranks": ranks,
             "missing": self.missing,
+            "arrivals": self.arrivals,
+            "stragglers": self.arrivals.iter().filter(|s| s.is_straggler()).map(|s| s.rank).collect::<Vec<_>>(),
         })
     }
+}
+
+/// Who arrived last at the collectives that every rank's dump recorded
+/// (nothing with fewer than two ranks' dumps).
+fn straggler_stats(latest: &[&Dump], group: Option<&Group>) -> Vec<RankStats> {
+    let arrivals: Option<Vec<Arrivals>> = latest
+        .iter()
+        .map(|d| {
+            let rank = ringleader_core::group::global(group, d.snap.rank);
+            Arrivals::from_entries(rank, &d.snap.entries, straggler::WINDOW)
+        })
+        .collect();
+    match arrivals {
+        Some(a) if a.len() >= 2 => straggler::stats(&a, straggler::WINDOW),
+        _ => Vec::new(),
+    }
+}
+
+/// Per rank: how often it arrived last, its median and p99 lag, stragglers
+/// flagged.
+fn arrivals_section(stats: &[RankStats]) -> String {
+    let Some(first) = stats.first() else { return String::new() };
+    let mut out = format!(
+        "\nArrivals at the last {} collectives every rank recorded (lag: after the first rank to arrive):\n",
+        first.compared
+    );
+    for s in stats {
+        let _ = write!(out, "  {}", s.line());
+        if s.is_straggler() {
+            out += "  <- straggler";
+        }
+        out += "\n";
+    }
+    out
 }
 
 /// Whether two verdicts say the same thing (ages in the text may differ).
@@ -374,19 +438,20 @@ fn rank_section(d: &Dump, k: usize, group: Option<&Group>) -> String {
     }
     let _ = writeln!(
         out,
-        "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  awaited",
-        "record", "seq", "op", "dtype x count", "state", "duration ms"
+        "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {:<24} awaited",
+        "record", "seq", "op", "dtype x count", "state", "duration ms", "called at"
     );
     for e in shown {
         let _ = writeln!(
             out,
-            "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {}",
+            "  {:>7} {:>6}  {:<18} {:<24} {:<10} {:>12}  {:<24} {}",
             e.record_id,
             seq_label(e),
             e.fingerprint.op.name(),
             args_label(e),
             state_name(e.state),
             duration_label(e, s.time_ns),
+            e.call_site.as_deref().unwrap_or("-"),
             awaited_label(&awaited(s, e).iter().map(|&r| g(r)).collect::<Vec<_>>()),
         );
     }

@@ -23,7 +23,7 @@ mod probe;
 mod report;
 
 use crate::error::Result;
-use crate::launch::plan::{MasterPort, Plan, Purpose, Sources};
+use crate::launch::plan::{JobPlan, MasterPort, Purpose, Sources};
 use crate::launch::{parse_secs, random_run_id, this_host, JobArgs};
 use clap::Args;
 use exchange::NodeReport;
@@ -114,7 +114,7 @@ impl Settings {
 fn diagnose(args: &DoctorArgs) -> Result<Report> {
     let env = |k: &str| std::env::var(k).ok();
     let host = this_host();
-    let plan = Plan::resolve(&args.job, &Sources { env: &env, hostname: &host }, Purpose::Doctor, random_run_id)?;
+    let plan = JobPlan::resolve(&args.job, &Sources { env: &env, hostname: &host }, Purpose::Doctor, random_run_id)?;
     let s = Settings::from_env()?;
     let deadline = Instant::now() + args.timeout;
     let run_id = format!("{}-doctor", plan.run_id);
@@ -204,7 +204,7 @@ fn diagnose(args: &DoctorArgs) -> Result<Report> {
 }
 
 /// The lines above the table: which node, which addresses and ports.
-fn header(plan: &Plan, host: &str, s: &Settings) -> Vec<String> {
+fn header(plan: &JobPlan, host: &str, s: &Settings) -> Vec<String> {
     let master_port = match plan.master_port {
         MasterPort::Fixed(p) => p.to_string(),
         MasterPort::PickFree => "a free port (one node)".into(),
@@ -238,7 +238,7 @@ fn connect(addr: &str, run_id: &str, s: &Settings, deadline: Instant) -> std::re
 }
 
 /// The row for a store that could not be joined, with what to do per kind.
-fn unreachable_store(e: &Error, plan: &Plan, addr: &str) -> Check {
+fn unreachable_store(e: &Error, plan: &JobPlan, addr: &str) -> Check {
     let port = plan.store_port();
     let fix = match e.kind() {
         ErrorKind::AuthFailed => "set the same RINGLEADER_TOKEN on every node".to_string(),

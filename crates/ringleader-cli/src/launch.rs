@@ -2,11 +2,13 @@
 //! themselves.
 //!
 //! It starts `--nproc-per-node` copies of a command with the torchrun
-//! environment (see [`plan::Plan::rank_env`]), hosts ringleader's store on
+//! environment (see [`plan::JobPlan::rank_env`]), hosts ringleader's store on
 //! node 0, prefixes every line the ranks print with `[rank{R}]: `, and when a
 //! rank fails it prints how (exit code, signal, OOM kill), records that in
 //! the store under `rl/exit/{rank}`, gives the others a grace period to print
-//! their own diagnosis, and tears them down.
+//! their own diagnosis, and tears them down; once the ranks publish their
+//! verdict in the store, that grace shrinks to half a second (see
+//! [`supervise`]).
 //!
 //! Each rank runs in a process group of its own, and every signal the
 //! launcher sends goes to the whole group; when the job ends, for whatever
@@ -37,6 +39,7 @@
 
 mod child;
 pub(crate) mod ending;
+mod event;
 pub(crate) mod oom;
 pub(crate) mod output;
 pub(crate) mod plan;
@@ -48,7 +51,8 @@ use crate::secret;
 use crate::signals::BlockedSignals;
 use child::RankProcess;
 use clap::Args;
-use plan::{MasterPort, Plan, Purpose, Sources, StoreSide};
+use event::Event;
+use plan::{JobPlan, MasterPort, Purpose, Sources, StoreSide};
 use ringleader_core::config::join_host_port;
 use rustix::process::{kill_process_group, Signal};
 use std::ffi::OsString;
@@ -56,7 +60,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
-use supervise::{Event, Supervisor};
+use supervise::Supervisor;
 
 pub(crate) use store_link::host_store;
 
@@ -173,7 +177,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     let env = |k: &str| std::env::var(k).ok();
     let here = this_host();
     let purpose = if args.print_commands { Purpose::PrintCommands } else { Purpose::Launch };
-    let plan = Plan::resolve(&args.job, &Sources { env: &env, hostname: &here }, purpose, random_run_id)?;
+    let plan = JobPlan::resolve(&args.job, &Sources { env: &env, hostname: &here }, purpose, random_run_id)?;
     if args.print_commands {
         let program = std::env::args().next().unwrap_or_else(|| "ringleader".into());
         let settings = plan::carried_settings(std::env::vars());
@@ -242,6 +246,10 @@ fn launch(args: LaunchArgs) -> Result<i32> {
         );
     }
     let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, made_token.as_deref(), &tx)?;
+    let verdict_tx = tx.clone();
+    store_link::watch_verdict(store_addr.clone(), plan.run_id.clone(), token.clone(), move |headline| {
+        let _ = verdict_tx.send(Event::Verdict(headline));
+    });
     drop(tx);
 
     let (code, recorder) = Supervisor::new(ranks, events, args.grace, oom, recorder).run();
@@ -257,7 +265,7 @@ fn launch(args: LaunchArgs) -> Result<i32> {
 
 /// Starts every local rank; if one cannot be started, kills those that were.
 fn spawn_all(
-    plan: &Plan,
+    plan: &JobPlan,
     command: &[OsString],
     master_port: u16,
     store_addr: &str,

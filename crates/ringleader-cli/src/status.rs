@@ -25,6 +25,7 @@ use clap::Args;
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Diagnosis, Group, Rank};
 use ringleader_diag::snapshot::Running;
+use ringleader_diag::straggler::{self, Arrivals, RankStats};
 use ringleader_diag::Beat;
 use ringleader_store::{keys, ClientOptions, JobStatus, Liveness, RankStatus, Role, StoreClient};
 use serde_json::{json, Value};
@@ -203,6 +204,9 @@ pub(crate) struct Extras {
     /// The sub-group the job's communicator spans (`rl/group`), if it is
     /// one: the store numbers its ranks in the group, the view names global ranks.
     pub(crate) group: Option<Group>,
+    /// Who arrived last at the recent collectives, from what the ranks
+    /// published (`rl/arrivals/{rank}`); empty until every rank has.
+    pub(crate) arrivals: Vec<RankStats>,
 }
 
 impl Extras {
@@ -230,7 +234,15 @@ impl Extras {
         }
         exits.sort();
         let group = client.try_get(keys::GROUP)?.and_then(|v| serde_json::from_slice(&v).ok());
-        Ok(Extras { verdict, exits, dump_request: None, group })
+        let mut published: Vec<Arrivals> = Vec::new();
+        for key in client.keys_with_prefix(keys::ARRIVALS_PREFIX)? {
+            if let Some(a) = client.try_get(&key)?.and_then(|v| serde_json::from_slice(&v).ok()) {
+                published.push(a);
+            }
+        }
+        published.sort_by_key(|a| a.rank);
+        let arrivals = if published.len() >= 2 { straggler::stats(&published, straggler::WINDOW) } else { Vec::new() };
+        Ok(Extras { verdict, exits, dump_request: None, group, arrivals })
     }
 }
 
@@ -277,6 +289,13 @@ pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String 
     }
     for (rank, text) in &extra.exits {
         let _ = writeln!(out, "rank {} {text}", extra.global(*rank));
+    }
+    if let Some(first) = extra.arrivals.first() {
+        let _ =
+            writeln!(out, "arrivals at the last {} collectives (lag: after the first rank to arrive):", first.compared);
+        for s in &extra.arrivals {
+            let _ = writeln!(out, "  {}{}", s.line(), if s.is_straggler() { "  <- straggler" } else { "" });
+        }
     }
     out
 }
@@ -356,6 +375,8 @@ pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value 
         "exits": exits,
         "dump_request": extra.dump_request,
         "group": extra.group,
+        "arrivals": extra.arrivals,
+        "stragglers": extra.arrivals.iter().filter(|s| s.is_straggler()).map(|s| s.rank).collect::<Vec<_>>(),
     })
 }
 
@@ -468,15 +489,40 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
-        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let idle = Beat {
+            last_started: 2,
+            last_completed: 2,
+            running: None,
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
+        };
         let status = JobStatus {
             generation: 4,
             ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
             abort: Some(b"rank 1 died".to_vec()),
         };
-        let extra = Extras { exits: vec![(1, "killed by signal 9 (SIGKILL)".into())], ..Extras::default() };
+        let late = |rank, us: u64| Arrivals {
+            rank,
+            first_seq: 1,
+            base_ns: 0,
+            offsets_us: (0..100u64).map(|i| i * 100_000 + us).collect(),
+        };
+        let extra = Extras {
+            exits: vec![(1, "killed by signal 9 (SIGKILL)".into())],
+            arrivals: straggler::stats(&[late(0, 0), late(1, 40_000)], straggler::WINDOW),
+            ..Extras::default()
+        };
         let text = render("h:1", &status, &extra);
+        assert!(
+            text.contains("rank 1 arrived last in 100% of the last 100 collectives, median lag 40.0 ms, p99 40.0 ms  <- straggler"),
+            "{text}"
+        );
+        assert_eq!(to_json("h:1", &status, &extra)["stragglers"], json!([1]));
         assert!(text.contains("2 ranks known, 1 connected, world size 3"), "{text}");
         assert!(text.contains("all_reduce #3 (f32 x 4, sum) for 10.0 s, waiting for rank 1"), "{text}");
         assert!(text.contains("vanished 2.5 s ago"), "{text}");
@@ -495,6 +541,9 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![2] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
         let status = JobStatus {
             generation: 4,
@@ -526,8 +575,18 @@ mod tests {
             last_started: 3,
             last_completed: 2,
             running: Some(Running { seq: 3, fingerprint: fp, running_ms: 9_600, awaited_peers: vec![1] }),
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
         };
-        let idle = Beat { last_started: 2, last_completed: 2, running: None };
+        let idle = Beat {
+            last_started: 2,
+            last_completed: 2,
+            running: None,
+            p2p: Vec::new(),
+            running_site: None,
+            last_completed_site: None,
+        };
         let mut late = rank(3, Liveness::Connected, None);
         late.world_size = Some(4);
         let status = JobStatus {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::run;
+use common::{run, Scratch};
 use ringleader::{Communicator, ReduceOp};
 use std::time::{Duration, Instant};
 
@@ -38,10 +38,47 @@ fn worker() {
             println!("VERDICT {} after {} ms", e.to_string().lines().next().unwrap_or(""), start.elapsed().as_millis());
             std::process::exit(1);
         }
+        // Rank 2 sleeps in its own code instead of making all_reduce #2:
+        // it never reads the verdict, so the launcher must end it.
+        "sleep" if c.rank() == 2 => std::thread::sleep(Duration::from_secs(60)),
+        "sleep" => {
+            println!("HANG_START {}", epoch_ms());
+            let e = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
+            println!("VERDICT_AT {}", epoch_ms());
+            println!("VERDICT {} after {} ms", e.to_string().lines().next().unwrap_or(""), start.elapsed().as_millis());
+            std::process::exit(1);
+        }
+        // 60 steps with rank 1 entering each 50 ms late; then rank 3 writes
+        // its dump and leaves instead of making all_reduce #62.
+        "late_then_skip" => {
+            for _ in 0..60 {
+                if c.rank() == 1 {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                c.all_reduce(&mut t, ReduceOp::Sum).expect("a paced all_reduce");
+            }
+            if c.rank() == 3 {
+                c.dump(None).expect("dump");
+            } else {
+                let e = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
+                println!("VERDICT {}", e.to_string().lines().next().unwrap_or(""));
+                std::process::exit(1);
+            }
+        }
         _ => {}
     }
     c.destroy().unwrap();
     std::process::exit(0);
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The first `TAG <ms>` line's number.
+fn stamp(stdout: &str, tag: &str) -> u64 {
+    let line = stdout.lines().find(|l| l.contains(tag)).unwrap_or_else(|| panic!("no {tag}:\n{stdout}"));
+    line.rsplit(' ').next().unwrap().trim().parse().unwrap()
 }
 
 fn launch(n: &str, scenario: &str) -> common::Finished {
@@ -99,4 +136,107 @@ fn a_killed_rank_under_launch_is_named_with_how_it_ended() {
         assert!(line.contains("killed by signal 9"), "the launcher's exit record reached the verdict: {line}");
     }
     assert_ne!(out.code, Some(0));
+}
+
+/// The hard timeout of [`a_failed_job_ends_within_2_s_of_its_verdict`].
+const SLEEP_TIMEOUT_S: u64 = 4;
+
+#[test]
+fn a_failed_job_ends_within_2_s_of_its_verdict() {
+    let exe = std::env::current_exe().unwrap();
+    let timeout = format!("RINGLEADER_TIMEOUT={SLEEP_TIMEOUT_S}");
+    let scenario = format!("{SCENARIO}=sleep");
+    let started = Instant::now();
+    // The default --grace (5 s): only the verdict can end the job sooner.
+    let out = run(
+        &[
+            "launch",
+            "--nproc-per-node",
+            "3",
+            "--",
+            "env",
+            &scenario,
+            &timeout,
+            exe.to_str().unwrap(),
+            "--exact",
+            "worker",
+            "--nocapture",
+            "-q",
+        ],
+        Duration::from_secs(60),
+    );
+    let (ended, took) = (epoch_ms(), started.elapsed());
+    assert!(out.stdout.contains("[rank0]: VERDICT [missed-collective] rank 2"), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("the job failed"), "{}", out.stderr);
+    assert!(out.stderr.contains("rank 2") && out.stderr.contains("SIGTERM"), "{}", out.stderr);
+    assert_ne!(out.code, Some(0));
+    let (hang, verdict) = (stamp(&out.stdout, "HANG_START"), stamp(&out.stdout, "VERDICT_AT"));
+    eprintln!(
+        "hang to verdict {} ms, verdict to the job's end {} ms, hang to end {} ms (timeout {SLEEP_TIMEOUT_S} s; \
+         the whole launch {:.1} s)",
+        verdict - hang,
+        ended - verdict,
+        ended - hang,
+        took.as_secs_f64()
+    );
+    assert!(ended - verdict < 2000 + 500, "the job ended {} ms after its verdict:\n{}", ended - verdict, out.stderr);
+    assert!(
+        ended - hang < (SLEEP_TIMEOUT_S + 3) * 1000,
+        "the job ended {} ms after the hang:\n{}",
+        ended - hang,
+        out.stderr
+    );
+}
+
+#[test]
+fn analyze_names_the_late_rank_and_writes_a_timeline_of_a_failed_4_rank_job() {
+    let exe = std::env::current_exe().unwrap();
+    let dumps = Scratch::new("launch-late-then-skip");
+    let dump_dir = format!("RINGLEADER_DUMP_DIR={}", dumps.path());
+    let scenario = format!("{SCENARIO}=late_then_skip");
+    let args = ["launch", "--nproc-per-node", "4", "--", "env", &scenario, &dump_dir, "RINGLEADER_TIMEOUT=20"];
+    let mut args = args.to_vec();
+    args.extend([exe.to_str().unwrap(), "--exact", "worker", "--nocapture", "-q"]);
+    let job = run(&args, Duration::from_secs(60));
+    assert!(job.stdout.contains("[rank0]: VERDICT [missed-collective] rank 3"), "{}\n{}", job.stdout, job.stderr);
+
+    let trace = format!("{}/trace.json", dumps.path());
+    let out = run(&["analyze", dumps.path(), "--trace", &trace], Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[missed-collective] rank 3"), "{}", out.stdout);
+    let line =
+        out.stdout.lines().find(|l| l.contains("rank 1 arrived last in")).unwrap_or_else(|| panic!("{}", out.stdout));
+    let share: u32 = line.split("arrived last in ").nth(1).unwrap().split('%').next().unwrap().parse().unwrap();
+    assert!(share > 90 && line.ends_with("<- straggler"), "{line}");
+    assert_eq!(out.stdout.matches("<- straggler").count(), 1, "{}", out.stdout);
+    assert!(out.stdout.contains("launch_hangs.rs:"), "call sites in the table: {}", out.stdout);
+
+    // The trace, read back as a trace reader would: Trace Event Format
+    // (JSON object form): metadata events name processes and threads,
+    // complete events have a timestamp and a duration in microseconds.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let ev = t["traceEvents"].as_array().unwrap();
+    for e in ev {
+        let ph = e["ph"].as_str().unwrap();
+        assert!(["M", "X", "i"].contains(&ph), "{e}");
+        assert!(e["pid"].is_u64() && e["tid"].is_u64() && e["name"].is_string(), "{e}");
+        if ph == "X" {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+        }
+    }
+    let mut procs: Vec<u64> =
+        ev.iter().filter(|e| e["name"] == "process_name").map(|e| e["pid"].as_u64().unwrap()).collect();
+    procs.sort_unstable();
+    assert_eq!(procs, vec![0, 1, 2, 3], "one process per rank");
+    let tracks = ev.iter().filter(|e| e["name"] == "thread_name").count();
+    assert_eq!(tracks, 4, "one communicator track per rank");
+    let failed: Vec<&serde_json::Value> =
+        ev.iter().filter(|e| e["ph"] == "X" && e["args"]["state"] == "failed").collect();
+    assert_eq!(failed.len(), 3, "ranks 0-2 failed in all_reduce #62: {failed:?}");
+    for f in failed {
+        assert_eq!((f["name"].as_str(), f["args"]["seq"].as_u64()), (Some("all_reduce #62 FAILED"), Some(62)));
+        assert!(f["args"]["call_site"].as_str().unwrap().contains("launch_hangs.rs:"), "{f}");
+    }
+    let slices = ev.iter().filter(|e| e["ph"] == "X" && e["pid"] == 3).count();
+    assert_eq!(slices, 61, "rank 3 recorded all_reduce #1-61");
 }

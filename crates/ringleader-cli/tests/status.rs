@@ -28,6 +28,9 @@ fn stuck_job() -> (StoreServer, StoreClient, String) {
             running_ms: 12_000,
             awaited_peers: vec![1],
         }),
+        p2p: Vec::new(),
+        running_site: None,
+        last_completed_site: None,
     };
     rank0.heartbeat(&beat.encode()).unwrap();
     rank0.set(&keys::exit(1), b"killed by signal 9 (SIGKILL)").unwrap();
@@ -108,7 +111,19 @@ fn parse(stdout: &str) -> Value {
 fn json_holds_every_rank_and_the_job() {
     let (server, _rank0, addr) = stuck_job();
     let mut rank1 = StoreClient::connect(&addr, ClientOptions::new("job-9").member(1, 2)).unwrap();
-    rank1.heartbeat(&Beat { last_started: 2, last_completed: 2, running: None }.encode()).unwrap();
+    rank1
+        .heartbeat(
+            &Beat {
+                last_started: 2,
+                last_completed: 2,
+                running: None,
+                p2p: Vec::new(),
+                running_site: None,
+                last_completed_site: None,
+            }
+            .encode(),
+        )
+        .unwrap();
     rank1.leave().unwrap();
     let f = run(&["status", "--store", &addr, "--json"], LIMIT);
     assert_eq!(f.code, Some(0), "{f:#?}");

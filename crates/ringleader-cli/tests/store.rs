@@ -72,7 +72,19 @@ fn ringleader_token_is_required_by_default_and_warnings_reach_stderr() {
         // A job of two: rank 0 idle, rank 1 gone without a goodbye (as a
         // kill -9 leaves it: the socket closes, no leave).
         let mut rank0 = client(&addr, Some("s3cret"), Some(0)).unwrap();
-        rank0.heartbeat(&Beat { last_started: 5, last_completed: 5, running: None }.encode()).unwrap();
+        rank0
+            .heartbeat(
+                &Beat {
+                    last_started: 5,
+                    last_completed: 5,
+                    running: None,
+                    p2p: Vec::new(),
+                    running_site: None,
+                    last_completed_site: None,
+                }
+                .encode(),
+            )
+            .unwrap();
         drop(client(&addr, Some("s3cret"), Some(1)).unwrap());
         wait_vanished(&mut admitted, 1);
 

@@ -7,6 +7,7 @@
 //! second) sits in atomics beside the ring, so reading it takes no lock and
 //! works with the ring turned off (`RINGLEADER_FR_SIZE=0`).
 
+use crate::callsite::CallSite;
 use crate::clock;
 use parking_lot::Mutex;
 use ringleader_core::{Fingerprint, OpKind, Rank};
@@ -61,6 +62,10 @@ pub struct Entry {
     /// The error it failed with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where the user's code made the call (`train.py:24 in step`,
+    /// `src/main.rs:12`), when the caller said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_site: Option<String>,
 }
 
 impl Entry {
@@ -93,6 +98,8 @@ pub struct Progress {
     /// When the running operation started (a [`clock`] stamp; read its
     /// age with [`clock::Reader::age_ns`]).
     pub running_since: AtomicU64,
+    /// Record id + 1 of the collective that completed last (0 = none).
+    pub last_completed_record: AtomicU64,
 }
 
 /// A communicator's flight recorder.
@@ -140,6 +147,7 @@ struct Slot {
     completed: u64,
     /// Set only when the operation failed (allocating is fine then).
     failure: Option<Box<(String, Vec<Rank>)>>,
+    site: Option<CallSite>,
 }
 
 impl Slot {
@@ -164,6 +172,7 @@ impl Slot {
             timeout_ms,
             awaited_peers: awaited,
             error,
+            call_site: self.site.map(|s| s.to_string()),
         }
     }
 }
@@ -181,6 +190,7 @@ impl FlightRecorder {
                 last_completed: AtomicU64::new(0),
                 running: AtomicU64::new(0),
                 running_since: AtomicU64::new(0),
+                last_completed_record: AtomicU64::new(0),
             },
         }
     }
@@ -192,7 +202,12 @@ impl FlightRecorder {
 
     /// Records a newly submitted operation; returns its record id.
     pub fn record(&self, fp: Fingerprint, seq: u64, p2p_seq: u64) -> u64 {
-        self.insert(fp, seq, p2p_seq, None)
+        self.insert(fp, seq, p2p_seq, None, None)
+    }
+
+    /// [`record`](Self::record), keeping where the call was made.
+    pub fn record_at(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> u64 {
+        self.insert(fp, seq, p2p_seq, None, site)
     }
 
     /// Records an operation that starts at once (a blocking call run on the
@@ -200,8 +215,14 @@ impl FlightRecorder {
     /// [`started_seq`](Self::started_seq) in one step, under one lock and one
     /// timestamp, which matters at sub-microsecond collectives.
     pub fn record_started(&self, fp: Fingerprint, seq: u64, p2p_seq: u64) -> u64 {
+        self.record_started_at(fp, seq, p2p_seq, None)
+    }
+
+    /// [`record_started`](Self::record_started), keeping where the call
+    /// was made.
+    pub fn record_started_at(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> u64 {
         let t = clock::now();
-        let id = self.insert(fp, seq, p2p_seq, Some(t));
+        let id = self.insert(fp, seq, p2p_seq, Some(t), site);
         self.mark_running(id, seq, t);
         id
     }
@@ -215,7 +236,7 @@ impl FlightRecorder {
         }
     }
 
-    fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>) -> u64 {
+    fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
         let mut ring = self.ring.lock();
         let id = ring.next_id;
         ring.next_id += 1;
@@ -233,6 +254,7 @@ impl FlightRecorder {
             started: started.unwrap_or(0),
             completed: 0,
             failure: None,
+            site,
         };
         let slot = (id % self.capacity as u64) as usize;
         if slot < ring.slots.len() {
@@ -290,6 +312,7 @@ impl FlightRecorder {
         let p = &self.progress;
         if seq > 0 {
             p.last_completed.fetch_max(seq, Ordering::Relaxed);
+            p.last_completed_record.fetch_max(id + 1, Ordering::Relaxed);
         }
         p.running.store(0, Ordering::Release);
         self.update(id, |e| {
@@ -322,6 +345,15 @@ impl FlightRecorder {
         v.sort_by_key(|e| e.record_id);
         let clock = clock::Reader::new();
         v.iter().map(|s| s.entry(self.timeout_ms, &clock)).collect()
+    }
+
+    /// Where operation `id` was called from, if still in the ring and known.
+    pub fn site_of(&self, id: u64) -> Option<CallSite> {
+        if self.capacity == 0 {
+            return None;
+        }
+        let ring = self.ring.lock();
+        ring.slots.get((id % self.capacity as u64) as usize).filter(|e| e.record_id == id).and_then(|e| e.site)
     }
 
     /// The entry with record id `id`, if still in the ring.

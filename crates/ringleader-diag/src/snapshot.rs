@@ -93,12 +93,24 @@ pub struct Running {
     pub awaited_peers: Vec<Rank>,
 }
 
+/// A send or receive a rank waits in: the head of its queue toward one
+/// peer, what the verdict's wait-for graph is made of (see [`crate::deadlock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct P2pWait {
+    /// `send` or `recv`.
+    pub op: OpKind,
+    /// The peer (a rank of the communicator).
+    pub peer: Rank,
+    /// Its per-peer sequence number.
+    pub seq: u64,
+}
+
 /// A rank's progress in a few bytes: what its heartbeat carries every
 /// second, so that even a rank that died or froze has a last known position.
 ///
 /// ```
 /// use ringleader_diag::snapshot::Beat;
-/// let b = Beat { last_started: 3, last_completed: 2, running: None };
+/// let b = Beat { last_started: 3, last_completed: 2, running: None, p2p: vec![], running_site: None, last_completed_site: None };
 /// assert_eq!(Beat::decode(&b.encode()), Some(b));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +122,16 @@ pub struct Beat {
     /// What runs now.
     #[serde(default)]
     pub running: Option<Running>,
+    /// The sends and receives it waits in (their heads, one per peer and
+    /// direction), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub p2p: Vec<P2pWait>,
+    /// Where the user's code called the running collective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_site: Option<String>,
+    /// Where the user's code called the last completed collective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_completed_site: Option<String>,
 }
 
 impl Beat {
@@ -118,6 +140,9 @@ impl Beat {
     /// `awaited`).
     pub fn of(fr: &FlightRecorder, running: Option<(u64, Fingerprint)>, awaited: &RankSet) -> Beat {
         let p = fr.progress();
+        let site = |id: u64| (id > 0).then(|| fr.site_of(id - 1)).flatten().map(|s| s.to_string());
+        let running_site = running.and(site(p.running.load(Ordering::Acquire)));
+        let last_completed_site = site(p.last_completed_record.load(Ordering::Relaxed));
         let running = running.map(|(seq, fingerprint)| {
             let since = p.running_since.load(Ordering::Relaxed);
             Running {
@@ -131,6 +156,9 @@ impl Beat {
             last_started: p.last_started.load(Ordering::Relaxed),
             last_completed: p.last_completed.load(Ordering::Relaxed),
             running,
+            p2p: Vec::new(),
+            running_site,
+            last_completed_site,
         }
     }
 
@@ -241,7 +269,14 @@ impl Snapshot {
             run_id: run_id.into(),
             library_version: ringleader_core::VERSION.into(),
             time_ns: now_ns(),
-            beat: Beat { last_started: 0, last_completed: 0, running: None },
+            beat: Beat {
+                last_started: 0,
+                last_completed: 0,
+                running: None,
+                p2p: Vec::new(),
+                running_site: None,
+                last_completed_site: None,
+            },
             destroyed: false,
             observation: None,
             entries: Vec::new(),

@@ -7,15 +7,18 @@
 //! 1. did ranks call the collective with different arguments (`mismatch`)?
 //! 2. did a rank's process end without leaving (`peer-died`)?
 //! 3. did a rank leave cleanly before the collective (`missed-collective`)?
-//! 4. did a rank's process stop answering (`peer-stalled`)?
-//! 5. is a live rank simply not in the collective (`missed-collective`)?
-//! 6. otherwise, everyone is in it and nothing moves (`timeout`).
+//! 4. do ranks blocked in send/recv wait for each other in a cycle, or for
+//!    a rank that is elsewhere (`missed-collective`, see [`crate::deadlock`])?
+//! 5. did a rank's process stop answering (`peer-stalled`)?
+//! 6. is a live rank simply not in the collective (`missed-collective`)?
+//! 7. otherwise, everyone is in it and nothing moves (`timeout`).
 //!
 //! In a sub-group (see [`ringleader_core::group`]) the snapshots and the
 //! store speak in group ranks; the verdict names global ranks, in its text
 //! and in its culprits, and says which group the collective belongs to.
 
-use crate::snapshot::{Beat, Liveness, Observation, PeerView, Running, Snapshot};
+use crate::deadlock::{self, Finding, Wait};
+use crate::snapshot::{Beat, Liveness, Observation, P2pWait, PeerView, Running, Snapshot};
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Diagnosis, ErrorKind, Fingerprint, Group, OpKind, Rank};
 
@@ -159,7 +162,29 @@ impl<'a> Facts<'a> {
             Liveness::Unknown => 3,
         };
         let running = self.running().map(|r| (r.seq, r.fingerprint));
-        (liveness, self.exit, running, self.beat.is_some(), self.last_completed())
+        (liveness, self.exit, running, self.beat.is_some(), self.last_completed(), self.p2p())
+    }
+
+    /// Where this rank's code called collective `seq`, if it said: from its
+    /// flight record, else from its heartbeat.
+    fn site_of(&self, seq: u64) -> Option<&'a str> {
+        if let Some(s) = self.snap {
+            let e = s.entries.iter().rev().find(|e| e.collective_seq_id == seq && !e.fingerprint.op.is_p2p());
+            if let Some(site) = e.and_then(|e| e.call_site.as_deref()) {
+                return Some(site);
+            }
+        }
+        let b = self.beat?;
+        match b.running.as_ref() {
+            Some(r) if r.seq == seq => b.running_site.as_deref(),
+            _ if b.last_completed == seq => b.last_completed_site.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The sends and receives this rank waits in.
+    fn p2p(&self) -> &'a [P2pWait] {
+        self.beat.map_or(&[], |b| b.p2p.as_slice())
     }
 }
 
@@ -198,7 +223,11 @@ fn describe(group: &[&Facts<'_>], all: &[Facts<'_>]) -> String {
         Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
             let label = if r.seq > 0 { format!("{} #{}", r.fingerprint.op, r.seq) } else { r.fingerprint.to_string() };
             let mut times: Vec<u64> = group.iter().filter_map(|f| f.running().map(|r| r.running_ms)).collect();
-            let mut s = format!("in {label} for {}", secs(&mut times));
+            let mut s = format!("in {label}");
+            if let Some(site) = one_site(group, |f| f.site_of(r.seq).filter(|_| r.seq > 0)) {
+                s += &format!(" called at {site}");
+            }
+            s += &format!(" for {}", secs(&mut times));
             let awaited: Vec<Rank> = group
                 .iter()
                 .filter_map(|f| f.running().map(|r| (f, r)))
@@ -209,15 +238,48 @@ fn describe(group: &[&Facts<'_>], all: &[Facts<'_>]) -> String {
             }
             parts.push(s);
         }
-        _ if f.beat.is_some() => parts.push("outside any collective".into()),
+        _ if f.beat.is_some() && f.p2p().is_empty() => parts.push("outside any collective".into()),
         _ => {}
+    }
+    if !f.p2p().is_empty() {
+        let waits: Vec<String> = f
+            .p2p()
+            .iter()
+            .map(|w| {
+                let dir = if w.op == OpKind::Send { "to" } else { "from" };
+                format!("{} #{} ({dir} rank {})", w.op, w.seq, f.global(w.peer))
+            })
+            .collect();
+        parts.push(format!("waits in {}", waits.join(", ")));
     }
     match f.last_completed() {
         0 if f.beat.is_some() => parts.push("has completed no collective".into()),
         0 => parts.push("no progress report".into()),
-        n => parts.push(format!("last completed {}", label_for(all, f, n))),
+        n => {
+            let mut s = format!("last completed {}", label_for(all, f, n));
+            if let Some(site) = one_site(group, |f| f.site_of(n)) {
+                s += &format!(" at {site}");
+            }
+            parts.push(s)
+        }
     }
     parts.join("; ")
+}
+
+/// The call site every rank of `group` reports (by `site`), if they agree.
+fn one_site<'a>(group: &[&Facts<'a>], site: impl Fn(&Facts<'a>) -> Option<&'a str>) -> Option<&'a str> {
+    let first = site(group[0])?;
+    group.iter().all(|f| site(f) == Some(first)).then_some(first)
+}
+
+/// ` (called at train.py:24)` when the ranks in collective `seq` agree on
+/// where their code called it; empty otherwise.
+fn called_at(facts: &[Facts<'_>], waiters: &[Rank], seq: u64) -> String {
+    let sites: Vec<&str> = facts.iter().filter(|f| waiters.contains(&f.rank)).filter_map(|f| f.site_of(seq)).collect();
+    match sites.first() {
+        Some(s) if sites.iter().all(|t| t == s) => format!(" (called at {s})"),
+        _ => String::new(),
+    }
 }
 
 /// At most this many ranks of a list are named with host and pid.
@@ -302,7 +364,7 @@ fn details(facts: &[Facts<'_>], culprits: &[Rank]) -> Vec<String> {
 
 /// Liveness, ending, the operation running, whether a beat is known, the
 /// last collective completed: what ranks in one state share.
-type StateKey<'a> = (u8, Option<&'a str>, Option<(u64, Fingerprint)>, bool, u64);
+type StateKey<'a> = (u8, Option<&'a str>, Option<(u64, Fingerprint)>, bool, u64, &'a [P2pWait]);
 
 /// The collective the job is stuck in: the lowest sequence number any rank
 /// is running or failed in.
@@ -340,13 +402,14 @@ pub fn positions(ev: &Evidence) -> Vec<String> {
 /// use ringleader_diag::snapshot::{Beat, Liveness, PeerView, Running};
 /// use ringleader_diag::verdict::{verdict, Evidence};
 /// let waiting = Beat { last_started: 2, last_completed: 1, running: Some(Running {
-///     seq: 2, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::F32, 1), running_ms: 900, awaited_peers: vec![1] }) };
+///     seq: 2, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::F32, 1), running_ms: 900, awaited_peers: vec![1] }),
+///     p2p: vec![], running_site: None, last_completed_site: None };
 /// let ev = Evidence {
 ///     world_size: 2,
 ///     peers: vec![
 ///         PeerView { rank: 0, liveness: Liveness::Alive, host: None, pid: Some(10), heartbeat_age_ms: Some(100), beat: Some(waiting), exit: None },
 ///         PeerView { rank: 1, liveness: Liveness::Left, host: None, pid: Some(11), heartbeat_age_ms: None,
-///                    beat: Some(Beat { last_started: 1, last_completed: 1, running: None }), exit: None },
+///                    beat: Some(Beat { last_started: 1, last_completed: 1, running: None, p2p: Vec::new(), running_site: None, last_completed_site: None }), exit: None },
 ///     ],
 ///     snapshots: vec![],
 ///     stale_after_ms: 5000,
@@ -373,6 +436,7 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
         .or_else(|| died(&facts, seq, &what))
         .or_else(|| left(&facts, seq, &what))
         .or_else(|| observed(&facts))
+        .or_else(|| p2p_deadlock(&facts, ev))
         .or_else(|| stalled(&facts, seq, &what, ev.stale_after_ms))
         .or_else(|| absent(&facts, seq, &what, ev.stale_after_ms))
         .unwrap_or_else(|| timeout(&facts, &what));
@@ -614,7 +678,12 @@ fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         NAMED,
     );
     if !waiters.is_empty() {
-        line += &format!(", while {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });
+        line += &format!(
+            ", while {} wait{} in it{}",
+            fmt_ranks(&waiters),
+            if waiters.len() == 1 { "s" } else { "" },
+            called_at(facts, &waiters, seq)
+        );
     }
     Some(diagnosis(
         ErrorKind::MissedCollective,
@@ -622,6 +691,66 @@ fn left(facts: &[Facts<'_>], seq: u64, what: &str) -> Option<Diagnosis> {
         line,
         vec!["every rank must make the same collective calls: look for a rank-conditional call (`if rank == 0:`), uneven batches per rank (a custom sampler or filtering inside the loop), or an extra iteration".into()],
     ))
+}
+
+/// Ranks blocked in send/recv: the cycle they wait in, or the rank at the
+/// end of their chain of waits (see [`crate::deadlock`]).
+fn p2p_deadlock(facts: &[Facts<'_>], ev: &Evidence) -> Option<Diagnosis> {
+    let waits: Vec<Vec<Wait>> =
+        facts.iter().map(|f| f.p2p().iter().map(|w| Wait { op: w.op, peer: w.peer, seq: w.seq }).collect()).collect();
+    if waits.iter().all(Vec::is_empty) {
+        return None;
+    }
+    let finding = deadlock::find(&waits)?.renamed(|r| ev.global(r));
+    let first = match &finding {
+        Finding::Cycle(p) | Finding::Chain { path: p, .. } => p.first().map(|(_, w)| *w),
+    };
+    let mut d = match &finding {
+        Finding::Cycle(_) => diagnosis(
+            ErrorKind::MissedCollective,
+            finding.culprits(),
+            format!("deadlock: {}", finding.words()),
+            vec![
+                "each rank waits for the next to send or receive first, so none can: make one side send first                  (even ranks send then receive, odd ranks receive then send), or post both with send_async and                  recv_async (isend/irecv) before waiting"
+                    .into(),
+            ],
+        ),
+        Finding::Chain { end, .. } => {
+            let f = facts.iter().find(|f| f.rank == *end);
+            let state = match f {
+                None => "which is not in the job".to_string(),
+                Some(f) if f.died() => format!("whose process ended ({})", f.exit.unwrap_or("without leaving the job")),
+                Some(f) if f.stale(ev.stale_after_ms) => format!(
+                    "which stopped responding (no heartbeat for {:.1} s)",
+                    f.heartbeat_age_ms.unwrap_or(0) as f64 / 1000.0
+                ),
+                Some(f) => match f.running() {
+                    Some(r) if r.seq > 0 => format!("which is in {} #{} instead", r.fingerprint.op, r.seq),
+                    _ if !f.p2p().is_empty() => "which waits in sends and receives with data in flight".into(),
+                    _ if f.beat.is_none() => "of which nothing is known".into(),
+                    _ => match f.last_completed() {
+                        0 => "which is outside any operation and has completed no collective".into(),
+                        n => format!("which is outside any operation (last completed {})", label_for(facts, f, n)),
+                    },
+                },
+            };
+            let pid = f.and_then(|f| f.pid).map_or("PID".into(), |p| p.to_string());
+            diagnosis(
+                ErrorKind::MissedCollective,
+                finding.culprits(),
+                format!("{}, {state}", finding.words()),
+                vec![
+                    format!("rank {end} never made the send or receive its peer waits for: it skipped the call or is busy or stuck in its own code"),
+                    format!("see where it is: `py-spy dump --pid {pid}`"),
+                ],
+            )
+        }
+    };
+    if let Some(w) = first {
+        d.op = Some(w.op);
+        d.seq = Some(w.seq);
+    }
+    Some(d)
 }
 
 fn stalled(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Diagnosis> {
@@ -683,7 +812,10 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
                 let (who, has) = (fmt_ranks(&ranks), if g.len() == 1 { "has" } else { "have" });
                 let c = match label {
                     None => format!("{who} {has} completed no collective"),
-                    Some(l) => format!("{who} last completed {l}"),
+                    Some(l) => match one_site(&g, |f| f.site_of(n)) {
+                        Some(site) => format!("{who} last completed {l} at {site}"),
+                        None => format!("{who} last completed {l}"),
+                    },
                 };
                 (c, g.len())
             })
@@ -692,7 +824,12 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
     );
     let mut line = format!("{names} did not enter {what}; {last}");
     if !waiters.is_empty() {
-        line += &format!("; {} wait{} in it", fmt_ranks(&waiters), if waiters.len() == 1 { "s" } else { "" });
+        line += &format!(
+            "; {} wait{} in it{}",
+            fmt_ranks(&waiters),
+            if waiters.len() == 1 { "s" } else { "" },
+            called_at(facts, &waiters, seq)
+        );
     }
     let pid = outside.iter().find_map(|f| f.pid).map_or("PID".into(), |p| p.to_string());
     Some(diagnosis(

@@ -38,6 +38,19 @@ pub fn snapshot(r: Rank) -> String {
 /// Prefix of every snapshot.
 pub const SNAPSHOT_PREFIX: &str = "rl/snap/";
 
+/// When a rank entered its recent collectives (JSON
+/// `ringleader_diag::straggler::Arrivals`), for straggler statistics.
+///
+/// ```
+/// assert_eq!(ringleader_store::keys::arrivals(4), "rl/arrivals/4");
+/// ```
+pub fn arrivals(r: Rank) -> String {
+    format!("{ARRIVALS_PREFIX}{r}")
+}
+
+/// Prefix of every arrivals record.
+pub const ARRIVALS_PREFIX: &str = "rl/arrivals/";
+
 /// The verdict every rank agrees on (JSON diagnosis; first writer wins).
 pub const VERDICT: &str = "rl/verdict";
 

@@ -4,7 +4,7 @@
 //! the collective it belongs to (sequence number and [`Fingerprint`]) and its
 //! position in that collective's stream on this channel (`tag`). The receiver
 //! compares the header with what it expects *before* touching the payload, so
-//! a peer in a different call is caught at once, as a [`Verdict::Mismatch`], rather
+//! a peer in a different call is caught at once, as a [`HeaderCheck::Mismatch`], rather
 //! than read as data. Layout (little endian):
 //!
 //! ```text
@@ -42,6 +42,20 @@ pub const HEADER_LEN: usize = 40;
 /// Frame format version; peers with another version are refused at connect.
 pub const FRAME_VERSION: u8 = 3;
 const MAGIC: u16 = 0x4c52;
+/// Frames are padded to a multiple of this, so every header and payload
+/// starts 8-byte aligned in a stream and ring slices can be reduced in place.
+pub const ALIGN: usize = 8;
+
+/// Bytes of padding after a payload of `len` bytes.
+///
+/// ```
+/// use ringleader_transport::frame::pad;
+/// assert_eq!((pad(0), pad(1), pad(8), pad(13)), (0, 7, 0, 3));
+/// ```
+#[inline]
+pub fn pad(len: usize) -> usize {
+    (ALIGN - len % ALIGN) % ALIGN
+}
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +202,7 @@ pub struct Expect {
 
 /// How a received header differs from what was expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum HeaderCheck {
     /// The frame is the one expected.
     Ok,
     /// The peer says goodbye: it destroyed its communicator.
@@ -218,28 +232,28 @@ pub enum Verdict {
 ///
 /// ```
 /// use ringleader_core::{DType, Fingerprint, OpKind};
-/// use ringleader_transport::frame::{check, Expect, FrameHeader, Verdict};
+/// use ringleader_transport::frame::{check, Expect, FrameHeader, HeaderCheck};
 /// let ours = Fingerprint::new(OpKind::AllReduce, DType::F32, 1);
 /// let theirs = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
 /// let want = Expect { seq: 2, fingerprint: ours, tag: 0, len: 4 };
-/// assert_eq!(check(&FrameHeader::data(2, ours, 0, 4), &want, true), Verdict::Ok);
-/// assert!(matches!(check(&FrameHeader::data(2, theirs, 0, 8), &want, true), Verdict::Mismatch { .. }));
+/// assert_eq!(check(&FrameHeader::data(2, ours, 0, 4), &want, true), HeaderCheck::Ok);
+/// assert!(matches!(check(&FrameHeader::data(2, theirs, 0, 8), &want, true), HeaderCheck::Mismatch { .. }));
 /// ```
-pub fn check(h: &FrameHeader, want: &Expect, checks: bool) -> Verdict {
+pub fn check(h: &FrameHeader, want: &Expect, checks: bool) -> HeaderCheck {
     if h.kind == FrameKind::Goodbye {
-        return Verdict::Goodbye { seq: h.seq };
+        return HeaderCheck::Goodbye { seq: h.seq };
     }
     if checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
-        return Verdict::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
+        return HeaderCheck::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
     }
     if h.tag != want.tag || h.len != want.len {
         // Without checks a different call shows up here; report what we know.
         if !checks && (h.seq != want.seq || !h.fingerprint.matches(&want.fingerprint)) {
-            return Verdict::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
+            return HeaderCheck::Mismatch { seq: h.seq, fingerprint: h.fingerprint };
         }
-        return Verdict::Schedule { tag: h.tag, len: h.len };
+        return HeaderCheck::Schedule { tag: h.tag, len: h.len };
     }
-    Verdict::Ok
+    HeaderCheck::Ok
 }
 
 #[cfg(test)]
@@ -256,8 +270,8 @@ mod tests {
         let h = FrameHeader::remote(3, fp(2), 1, 1 << 20);
         assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
         let want = Expect { seq: 3, fingerprint: fp(2), tag: 1, len: 1 << 20 };
-        assert_eq!(check(&h, &want, true), Verdict::Ok);
-        assert!(matches!(check(&FrameHeader::remote(4, fp(2), 1, 1 << 20), &want, true), Verdict::Mismatch { .. }));
+        assert_eq!(check(&h, &want, true), HeaderCheck::Ok);
+        assert!(matches!(check(&FrameHeader::remote(4, fp(2), 1, 1 << 20), &want, true), HeaderCheck::Mismatch { .. }));
     }
 
     #[test]
@@ -265,8 +279,11 @@ mod tests {
         let h = FrameHeader::spliced(3, fp(2), 1, 1 << 20);
         assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
         let want = Expect { seq: 3, fingerprint: fp(2), tag: 1, len: 1 << 20 };
-        assert_eq!(check(&h, &want, true), Verdict::Ok);
-        assert!(matches!(check(&FrameHeader::spliced(4, fp(2), 1, 1 << 20), &want, true), Verdict::Mismatch { .. }));
+        assert_eq!(check(&h, &want, true), HeaderCheck::Ok);
+        assert!(matches!(
+            check(&FrameHeader::spliced(4, fp(2), 1, 1 << 20), &want, true),
+            HeaderCheck::Mismatch { .. }
+        ));
         let ack = FrameHeader::consumed(3, fp(2), 1);
         assert_eq!(FrameHeader::decode(&ack.encode()).unwrap(), ack);
         assert_eq!((ack.kind, ack.len), (FrameKind::Consumed, 0));
@@ -277,7 +294,7 @@ mod tests {
         let h = FrameHeader::goodbye(9, fp(1));
         assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
         let want = Expect { seq: 10, fingerprint: fp(1), tag: 0, len: 4 };
-        assert_eq!(check(&h, &want, true), Verdict::Goodbye { seq: 9 });
+        assert_eq!(check(&h, &want, true), HeaderCheck::Goodbye { seq: 9 });
     }
 
     #[test]
@@ -296,11 +313,14 @@ mod tests {
     #[test]
     fn seq_and_schedule_disagreements() {
         let want = Expect { seq: 5, fingerprint: fp(4), tag: 1, len: 16 };
-        assert!(matches!(check(&FrameHeader::data(6, fp(4), 1, 16), &want, true), Verdict::Mismatch { seq: 6, .. }));
-        assert_eq!(check(&FrameHeader::data(5, fp(4), 2, 16), &want, true), Verdict::Schedule { tag: 2, len: 16 });
+        assert!(matches!(
+            check(&FrameHeader::data(6, fp(4), 1, 16), &want, true),
+            HeaderCheck::Mismatch { seq: 6, .. }
+        ));
+        assert_eq!(check(&FrameHeader::data(5, fp(4), 2, 16), &want, true), HeaderCheck::Schedule { tag: 2, len: 16 });
         // Checks off: a different count still cannot corrupt the stream.
-        assert!(matches!(check(&FrameHeader::data(5, fp(8), 1, 32), &want, false), Verdict::Mismatch { .. }));
-        assert_eq!(check(&FrameHeader::data(5, fp(8), 1, 16), &want, false), Verdict::Ok);
+        assert!(matches!(check(&FrameHeader::data(5, fp(8), 1, 32), &want, false), HeaderCheck::Mismatch { .. }));
+        assert_eq!(check(&FrameHeader::data(5, fp(8), 1, 16), &want, false), HeaderCheck::Ok);
     }
 
     proptest::proptest! {

@@ -10,15 +10,48 @@
 //!   the protocol written against a small trait that the `ibverbs` binding
 //!   and a software model of the queues both implement;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
-//! - [`driver`]: runs a collective's [`driver::Plan`] (sends, receives,
+//! - [`plane`]: setting up the data plane over the TCP mesh (shared memory
+//!   for ranks on one host) and splitting each pair's links into the
+//!   collectives' streams and the send/recv lane;
+//! - [`driver`]: runs a collective's [`plan::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
 //!   thread, waking on abort.
 //!
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
+//!
+//! # Where to change what
+//!
+//! - **Add a transport**: a type that implements [`Link`] (`src/link.rs`:
+//!   the core every link has, and the capabilities [`link::Mapped`],
+//!   [`link::SingleCopy`], [`link::Splice`] it may offer), in a module of
+//!   its own beside `src/tcp/`, `src/shm/` and `src/rdma/`, with its set-up
+//!   returning [`AnyLink`]s (`links[peer][stream]`) that replace the TCP
+//!   mesh's where it applies, as [`plane::attach_shm`] does for shared
+//!   memory (`src/plane.rs`; RDMA, whose endpoints go through the store, is
+//!   wired in by the `ringleader` crate's `src/rdma.rs`). Nothing in the
+//!   driver names a transport.
+//! - **Change how a rank waits** when no link can move: `src/driver/wait.rs`
+//!   ([`driver::wait`]): every spin, yield and poll constant, the idle
+//!   policy ([`Idle`]) and the sleep itself; how a link wakes a sleeper is
+//!   its [`link::Wake`].
+//! - **Add a zero-copy protocol**: a capability in `src/link.rs` that the
+//!   transports able to do it implement, a file of its own under
+//!   `src/driver/` beside `single_copy.rs` (the receiver copies out of the
+//!   sender's memory) and `splice.rs` (the sender lends its pages, the
+//!   receiver acknowledges), a [`driver`] payload kind (`chan.rs`'s
+//!   `Payload`) and the choice of it (`send.rs`'s `SendPolicy::payload`).
+//! - **Change the wire format**: `src/frame.rs` (data frames) and
+//!   `src/hello.rs` (connection set-up); both are sans-IO with fuzz targets.
+//! - **Change how a received payload lands** (copied, streamed, reduced):
+//!   `src/driver/strategy.rs`.
+//!
+//! The largest file of the crate stays under 600 lines: a file that grows
+//! past that holds two concepts.
 // Unsafe code is confined to the shared-memory module (mapped memory
-// shared with other processes), the streaming copy (SIMD intrinsics) and
-// the verbs binding (rdma::ibv);
+// shared with other processes), the streaming copy (SIMD intrinsics), the
+// verbs binding (rdma::ibv) and sending by reference (`Splice::try_splice`,
+// whose contract the one call in `driver/splice.rs` argues);
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
@@ -26,12 +59,15 @@ pub mod driver;
 pub mod frame;
 pub mod hello;
 pub mod link;
+pub mod plan;
+pub mod plane;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;
 pub mod stream_copy;
 pub mod tcp;
 
-pub use driver::{Buf, Chan, Driver, Idle, OpInfo, Plan, RecvMode, Region};
-pub use link::Link;
+pub use driver::{Driver, Idle, Watch};
+pub use link::{AnyLink, Link};
+pub use plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};

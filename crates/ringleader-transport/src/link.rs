@@ -1,16 +1,30 @@
+//! The transport seam: what the driver needs of a link, whatever carries it.
+//!
 //! A link is one ordered, reliable byte stream to one peer, driven without
-//! blocking. The driver ([`crate::driver`]) multiplexes many links on one
-//! thread; what a link is made of (a TCP socket, a shared-memory ring) stays
-//! behind this enum.
+//! blocking. Every transport implements the small core of [`Link`]: who the
+//! peer is, write what fits, read what arrived, and how a waiting rank
+//! learns that the link may move ([`Wake`]). What only some transports can
+//! do is a capability the driver asks for, never a variant it matches:
+//!
+//! - [`Mapped`]: arrived bytes lie in memory this process maps (a
+//!   shared-memory ring), so they can be reduced where they lie or copied
+//!   out around the cache;
+//! - [`SingleCopy`]: the peer can copy a payload straight out of this
+//!   process's memory (shared memory with cross-memory attach);
+//! - [`Splice`]: a payload can be sent by reference to the sender's pages
+//!   (TCP with `vmsplice`).
+//!
+//! An algorithm sees none of this: it plans "send these bytes to rank r,
+//! receive into this range from rank s" ([`crate::plan`]), the seam gloo
+//! draws between algorithms and transports. Adding a transport is a type
+//! that implements [`Link`] (and the capabilities it has), plus its set-up
+//! (see the crate docs' map).
 
-#[cfg(feature = "rdma")]
-use crate::rdma::RdmaLink;
-use crate::shm::ShmLink;
-use crate::tcp::TcpLink;
 use ringleader_core::Rank;
-use rustix::event::PollFlags;
+use rustix::event::{PollFd, PollFlags};
 use rustix::fd::BorrowedFd;
-use std::io::IoSlice;
+use std::fmt;
+use std::io::{self, IoSlice};
 
 /// Outcome of a nonblocking read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,165 +37,143 @@ pub enum ReadOutcome {
     Closed,
 }
 
-/// One stream to one peer.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Link {
-    /// A TCP connection.
-    Tcp(TcpLink),
-    /// A pair of rings in shared memory (same host).
-    Shm(ShmLink),
-    /// A reliable-connected RDMA queue pair.
-    #[cfg(feature = "rdma")]
-    Rdma(RdmaLink),
+/// How a waiting rank learns that a link may move.
+#[derive(Debug, Clone, Copy)]
+pub enum Wake<'a> {
+    /// Poll this descriptor for the directions waited for (a socket).
+    Poll(BorrowedFd<'a>),
+    /// Poll this descriptor for reading, whatever direction is waited for:
+    /// a completion channel, where sends progress through completions too
+    /// and which never reports writable (RDMA).
+    Completions(BorrowedFd<'a>),
+    /// This rank's doorbell rings when the link may move
+    /// ([`crate::shm::Waiter`]); [`Link::ready`] says whether it can now.
+    Doorbell,
 }
 
-impl Link {
-    /// The peer at the other end.
-    pub fn peer(&self) -> Rank {
+impl<'a> Wake<'a> {
+    /// What to poll for progress in the directions `want` (`IN`, `OUT`):
+    /// `None` for a doorbell link, which a poll cannot watch.
+    pub fn poll_fd(self, want: PollFlags) -> Option<PollFd<'a>> {
         match self {
-            Link::Tcp(t) => t.peer(),
-            Link::Shm(s) => s.peer(),
-            #[cfg(feature = "rdma")]
-            Link::Rdma(r) => r.peer(),
+            Wake::Poll(fd) => Some(PollFd::from_borrowed_fd(fd, want)),
+            Wake::Completions(fd) => Some(PollFd::from_borrowed_fd(fd, PollFlags::IN)),
+            Wake::Doorbell => None,
         }
     }
+}
 
-    /// Whether this link lives in shared memory (waits spin, then sleep on
-    /// the doorbell, instead of polling a descriptor).
-    pub fn is_shm(&self) -> bool {
-        matches!(self, Link::Shm(_))
-    }
+/// A link of any transport, as set-up returns them and the driver holds
+/// them.
+pub type AnyLink = Box<dyn Link>;
+
+/// One stream to one peer (see the module docs).
+pub trait Link: Send + fmt::Debug {
+    /// The peer at the other end.
+    fn peer(&self) -> Rank;
 
     /// Writes what it can of `bufs` without blocking; `Ok(0)` means full.
-    #[inline]
-    pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        match self {
-            Link::Tcp(t) => t.try_write(bufs),
-            Link::Shm(s) => s.try_write(bufs),
-            #[cfg(feature = "rdma")]
-            Link::Rdma(r) => r.try_write(bufs),
-        }
-    }
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
 
     /// Reads what has arrived into `buf` without blocking.
-    #[inline]
-    pub fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<ReadOutcome> {
-        match self {
-            Link::Tcp(t) => t.try_read(buf),
-            Link::Shm(s) => match s.try_read(buf)? {
-                0 => Ok(ReadOutcome::WouldBlock),
-                n => Ok(ReadOutcome::Data(n)),
-            },
-            #[cfg(feature = "rdma")]
-            Link::Rdma(r) => r.try_read(buf),
-        }
+    fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome>;
+
+    /// How a waiting rank learns that this link may move.
+    fn wake(&self) -> Wake<'_>;
+
+    /// For a [`Wake::Doorbell`] link: whether a write (`write`) or a read
+    /// could progress now, asked again after the waiter registered as a
+    /// sleeper so no ring is lost. Links woken through a descriptor answer
+    /// `false`: `poll(2)` tells for them.
+    fn ready(&self, write: bool) -> bool {
+        let _ = write;
+        false
     }
 
-    /// [`Link::try_read`] for a destination too large to stay in cache:
-    /// shared memory copies it out with streaming stores
-    /// ([`crate::stream_copy`]); other links read as usual.
-    #[inline]
-    pub fn try_read_streaming(&mut self, buf: &mut [u8]) -> std::io::Result<ReadOutcome> {
-        match self {
-            Link::Shm(s) => match s.try_read_streaming(buf)? {
-                0 => Ok(ReadOutcome::WouldBlock),
-                n => Ok(ReadOutcome::Data(n)),
-            },
-            other => other.try_read(buf),
-        }
+    /// Capability: arrived bytes lie in memory this process maps.
+    fn mapped(&mut self) -> Option<&mut dyn Mapped> {
+        None
     }
 
-    /// Whether [`Link::try_splice`] can send from the caller's pages here
-    /// (TCP, where the kernel grants a pipe).
-    pub fn can_splice(&mut self) -> bool {
-        match self {
-            Link::Tcp(t) => t.can_splice(),
-            _ => false,
-        }
+    /// Capability: single-copy frames to and from the peer (queries).
+    fn single_copy(&self) -> Option<&dyn SingleCopy> {
+        None
     }
 
-    /// Sends the start of `data` by reference to its pages (TCP; see
-    /// [`crate::tcp::TcpLink::try_splice`]); other links copy it. The caller
-    /// keeps `data` unchanged until the peer acknowledges it.
+    /// Capability: single-copy frames to and from the peer.
+    fn single_copy_mut(&mut self) -> Option<&mut dyn SingleCopy> {
+        None
+    }
+
+    /// Capability: sends by reference to the sender's pages.
+    fn splice(&mut self) -> Option<&mut dyn Splice> {
+        None
+    }
+}
+
+/// A link whose arrived bytes lie in memory this process maps (a
+/// shared-memory ring).
+pub trait Mapped {
+    /// Hands up to `max` arrived bytes, where they lie, to `f`, which
+    /// returns how many it used; those are consumed. `Ok(0)`: nothing used
+    /// (or nothing there).
+    fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> io::Result<usize>;
+
+    /// Copies what has arrived into `buf` with streaming stores (see
+    /// [`crate::stream_copy`]), for destinations too large to stay in
+    /// cache; 0 when nothing has.
+    fn read_streaming(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+/// Single-copy frames: the sender writes a descriptor (the payload's
+/// address in its memory) into the stream, the receiver copies the payload
+/// straight out of the sender's process and acknowledges it (see
+/// [`crate::shm`]). Sent descriptors are numbered by tickets, 1, 2, ...
+pub trait SingleCopy {
+    /// The size from which frames to the peer may go single-copy; `None`
+    /// when the peer cannot read this process's memory or either side
+    /// turned it off.
+    fn min_len(&self) -> Option<usize>;
+
+    /// Records that a descriptor went into the stream; returns its ticket:
+    /// that send completes once [`SingleCopy::acked`] reaches it.
+    fn sent(&mut self) -> u64;
+
+    /// How many of our descriptors the peer has copied.
+    fn acked(&self) -> u64;
+
+    /// Gives up on every descriptor sent so far: the sender fails and may
+    /// reuse the memory, so a peer still copying must not trust the bytes.
+    fn abandon(&self);
+
+    /// Copies part of a payload the peer left at `addr` in its memory into
+    /// `dst`; returns how many bytes arrived (never 0 for a non-empty `dst`:
+    /// that is an error).
+    fn read_remote(&self, addr: u64, dst: &mut [u8]) -> io::Result<usize>;
+
+    /// Acknowledges the payload just copied in full, unless its sender
+    /// abandoned it meanwhile (then the bytes read cannot be trusted: an
+    /// error).
+    fn finish_remote(&mut self) -> io::Result<()>;
+}
+
+/// Sends by reference: the payload's pages go to the peer without a copy
+/// into the link (see [`crate::tcp::TcpLink::try_splice`]).
+pub trait Splice {
+    /// Whether splicing works here now (what it needs is made on the first
+    /// call; a link that cannot splice answers `false` from then on).
+    fn available(&mut self) -> bool;
+
+    /// Sends the start of `data` by reference to its pages; returns how
+    /// many bytes reached the link. Bytes taken but not yet sent stay
+    /// pending: the next call must pass the same data again from the
+    /// returned offset, before any other write to the link.
+    ///
+    /// # Safety
+    /// The bytes of `data` must not change until the peer has received
+    /// them (over a network the kernel may even resend them from these
+    /// pages): the caller waits for the peer's word that it has, and never
+    /// writes to the link's stream again if it stops waiting.
     #[allow(unsafe_code)]
-    pub fn try_splice(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        match self {
-            // SAFETY: the driver splices only buffers that no receive of the
-            // plan writes, and ends the plan only once the peer has
-            // acknowledged every spliced frame.
-            Link::Tcp(t) => unsafe { t.try_splice(data) },
-            other => other.try_write(&[std::io::IoSlice::new(data)]),
-        }
-    }
-
-    /// Hands arrived bytes to `f` where they lie, if the link can (shared
-    /// memory); `None` means read into a buffer instead.
-    #[inline]
-    pub fn read_in_place(&mut self, max: usize, f: &mut dyn FnMut(&[u8]) -> usize) -> Option<std::io::Result<usize>> {
-        match self {
-            Link::Shm(s) => Some(s.read_in_place(max, f)),
-            _ => None,
-        }
-    }
-
-    /// The descriptor to poll for readiness (TCP; for RDMA the completion
-    /// channel), with the events to ask for it given what the caller waits
-    /// for (see [`Link::poll_events`]).
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        match self {
-            Link::Tcp(t) => Some(t.fd()),
-            Link::Shm(_) => None,
-            #[cfg(feature = "rdma")]
-            Link::Rdma(r) => Some(r.fd()),
-        }
-    }
-
-    /// The poll events that signal progress in the directions `want`: the
-    /// same for a socket; readable only for an RDMA completion channel,
-    /// where sends progress through completions too (and which never
-    /// reports writable).
-    pub fn poll_events(&self, want: PollFlags) -> PollFlags {
-        match self {
-            #[cfg(feature = "rdma")]
-            Link::Rdma(_) => PollFlags::IN,
-            _ => want,
-        }
-    }
-
-    /// The frame size from which sends on this link may go single-copy
-    /// (shared memory whose reader allowed it; see [`crate::shm`]).
-    #[inline]
-    pub fn single_copy_min(&self) -> Option<usize> {
-        match self {
-            Link::Shm(s) => s.single_copy_min(),
-            _ => None,
-        }
-    }
-
-    /// How many of our single-copy frames the peer has copied (0 where
-    /// there are none).
-    #[inline]
-    pub fn remote_acked(&self) -> u64 {
-        match self {
-            Link::Shm(s) => s.remote_acked(),
-            _ => 0,
-        }
-    }
-
-    /// Gives up on the single-copy frames sent so far, if any (the caller
-    /// fails and may reuse its buffers).
-    pub fn abandon_remote(&self) {
-        if let Link::Shm(s) = self {
-            s.abandon_remote();
-        }
-    }
-
-    /// For shared memory: whether a read (or a write) could progress now.
-    pub fn shm_ready(&self, write: bool) -> bool {
-        match self {
-            Link::Shm(s) => s.ready(write),
-            _ => false,
-        }
-    }
+    unsafe fn try_splice(&mut self, data: &[u8]) -> io::Result<usize>;
 }

@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import List, Optional, Union
 
-from . import _buffers, _lib
+from . import _buffers, _callsite, _lib
 from .errors import (  # noqa: F401 (re-exported)
     AbortedError,
     AuthFailedError,
@@ -133,6 +133,7 @@ def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
 _OPS = dict(_lib.REDUCE_OPS)
 _BOOL, _CODE, _DEVICE = _buffers.BOOL, _buffers.CODE, _buffers.DEVICE
 _rl_all_reduce = _L.rl_all_reduce
+_note_site = _callsite.note
 
 
 def _destroyed() -> Error:
@@ -273,6 +274,7 @@ class ProcessGroup:
 
     def _run(self, fn, args, async_op, keep):
         if not async_op:
+            _note_site()
             _check(fn(*args, None))
             return None
         return self._submit(fn, args, keep)
@@ -288,6 +290,7 @@ class ProcessGroup:
 
     @staticmethod
     def _submit(fn, args, keep) -> "Work":
+        _note_site()
         w = _c_void_p()
         _check(fn(*args, _byref(w)))
         return Work([w.value], keep)
@@ -310,6 +313,7 @@ class ProcessGroup:
         if code & _DEVICE:
             return self._on_device(_L.rl_all_reduce_device, (h, ptr, count, code & _CODE, opc), async_op, buf, buf)
         if not async_op:
+            _note_site()
             rc = _rl_all_reduce(h, ptr, count, code & _CODE, opc, None)
             if rc:
                 raise last_error(rc)

@@ -29,6 +29,21 @@ def test_skipped_collective_names_rank_and_op():
     assert job[0].code == 3 and job[1].code == 0, job.report()
 
 
+def _line_of(marker):
+    lines = (SCRIPTS / "failures.py").read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if line.rstrip().endswith(marker))
+
+
+def test_the_verdict_names_the_call_sites_of_the_waiting_and_the_absent_rank():
+    job = run("failures.py", args=["sleep_in_function"], env={"TEST_TIMEOUT": "3"}, limit=60)
+    err = error_of(job[0])
+    assert err and err["kind"] == "missed-collective" and err["ranks"] == [1], job.report()
+    first, second = _line_of("# FIRST CALL"), _line_of("# SECOND CALL")
+    msg = err["message"]
+    assert "rank 1 last completed all_reduce #1 at " in msg and f"failures.py:{first} in main" in msg, msg
+    assert "rank 0 waits in it (called at " in msg and f"failures.py:{second} in main)" in msg, msg
+
+
 def test_async_wait_raises_the_verdict():
     job = run("failures.py", args=["async_skip"], limit=60)
     err = error_of(job[0])

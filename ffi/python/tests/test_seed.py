@@ -33,6 +33,18 @@ def test_seed_hang_env():
     assert "rank 0: reached the end" not in job[0].text
 
 
+def test_seed_hang_names_the_scripts_own_line_through_torch_distributed():
+    # The call site is the first frame outside ringleader and torch: the
+    # script's `dist.all_reduce(t)` under `if rank == 0:`, not torch's wrappers.
+    lines = (SCRIPTS / "seed_hang.py").read_text().splitlines()
+    second = next(i + 1 for i, l in enumerate(lines) if l.startswith("    dist.all_reduce(t)"))
+    job = run("seed_hang.py", world=2, limit=90)
+    assert job[0].code != 0, job.report()
+    assert "rank 0 waits in it (called at " in job[0].text, job[0].text
+    assert f"seed_hang.py:{second} in <module>)" in job[0].text, job[0].text
+    assert "torch/distributed" not in job[0].text.split("called at ")[1].split(")")[0], job[0].text
+
+
 def test_seed_hang_torchrun():
     tr = torchrun_bin()
     if tr is None:

@@ -45,7 +45,9 @@ def assert_one_line_pointing_to_rank_1(err, op="all_reduce #2"):
     msg = err["message"]
     assert msg.count("\n") == 0, msg
     head, _, pointer = msg.partition("; the whole verdict: ")
-    assert "rank 3" in head and op in head and GROUP in head, msg
+    name, seq = op.split()
+    # A mismatch's headline reads "collective #2 ... rank 3 called all_reduce(...)".
+    assert "rank 3" in head and name in head and seq in head and GROUP in head, msg
     assert pointer.startswith("rank 1's output"), msg
 
 

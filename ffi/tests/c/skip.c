@@ -43,6 +43,8 @@ int main(void) {
         return 1;
 
     float t = 1;
+    if (!check(rl_set_call_site("skip.c:first in main") == RL_OK, "set the call site"))
+        return 1;
     rc = rl_all_reduce(comm, &t, 1, RL_DTYPE_F32, RL_REDUCE_OP_SUM, NULL);
     if (rc != RL_OK) {
         fprintf(stderr, "first all_reduce: %s\n", rl_last_error_message());
@@ -51,6 +53,7 @@ int main(void) {
     printf("rank %lld: first all_reduce done\n", (long long)rank);
     fflush(stdout);
     if (rank == 0) { /* THE BUG: only rank 0 makes this call */
+        rl_set_call_site("skip.c:second in main");
         rc = rl_all_reduce(comm, &t, 1, RL_DTYPE_F32, RL_REDUCE_OP_SUM, NULL);
         if (rc == RL_OK) {
             fprintf(stderr, "the second all_reduce succeeded on its own\n");

@@ -9,7 +9,7 @@
 //! 0 keeps the store up until every doctor has). The checks themselves are
 //! pure functions of the reports.
 
-use super::probe::{self, ProbeTarget};
+use super::probe::{self, Probe, ProbeTarget, Target};
 use super::report::Check;
 use ringleader_core::Error;
 use ringleader_store::{keys, StoreClient};
@@ -48,32 +48,6 @@ impl NodeReport {
     fn name(&self) -> String {
         format!("node {} ({})", self.node, self.host)
     }
-}
-
-/// What a probe connected to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Target {
-    /// A data port.
-    Data,
-    /// Node 0's MASTER_PORT.
-    MasterPort,
-}
-
-/// One connection attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Probe {
-    /// The node that connected.
-    pub(crate) from: usize,
-    /// The node that listened.
-    pub(crate) to: usize,
-    /// `ip:port`.
-    pub(crate) addr: String,
-    /// What listened there.
-    pub(crate) what: Target,
-    /// Whether the connection was made.
-    pub(crate) ok: bool,
-    /// How long it took, or what failed.
-    pub(crate) detail: String,
 }
 
 /// Every probe one doctor made.

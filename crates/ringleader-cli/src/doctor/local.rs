@@ -5,7 +5,7 @@
 use super::probe;
 use super::report::Check;
 use crate::launch::oom::{self, KernelLog};
-use crate::launch::plan::{wildcard_for, MasterPort, Plan, StoreSide};
+use crate::launch::plan::{wildcard_for, JobPlan, MasterPort, StoreSide};
 use ringleader_core::config::join_host_port;
 use ringleader_core::{Error, ErrorKind};
 use ringleader_store::{ServerOptions, StoreServer};
@@ -16,7 +16,7 @@ use std::net::{IpAddr, TcpListener, ToSocketAddrs};
 const RECENT_US: u64 = 24 * 3600 * 1_000_000;
 
 /// How MASTER_ADDR resolves on this node; the check and the addresses (sorted).
-pub(crate) fn resolution(plan: &Plan, ifname: Option<&str>) -> (Check, Vec<String>) {
+pub(crate) fn resolution(plan: &JobPlan, ifname: Option<&str>) -> (Check, Vec<String>) {
     const NAME: &str = "MASTER_ADDR resolves";
     let addr = &plan.master_addr;
     let resolved = (addr.trim_matches(['[', ']']), 0u16).to_socket_addrs();
@@ -57,7 +57,7 @@ pub(crate) fn resolution(plan: &Plan, ifname: Option<&str>) -> (Check, Vec<Strin
 
 /// Node 0: is the store's port free? If so, the doctors' store is hosted
 /// there (for run `run_id`) until they finish.
-pub(crate) fn host_store(plan: &Plan, run_id: &str, token: Option<String>) -> (Check, Option<StoreServer>) {
+pub(crate) fn host_store(plan: &JobPlan, run_id: &str, token: Option<String>) -> (Check, Option<StoreServer>) {
     const NAME: &str = "store port free";
     let StoreSide::Host { bind_host, port } = &plan.store else {
         return (Check::skip(NAME, "only node 0 hosts the store"), None);
@@ -83,7 +83,7 @@ pub(crate) fn host_store(plan: &Plan, run_id: &str, token: Option<String>) -> (C
 
 /// Node 0: is MASTER_PORT free (PyTorch's TCPStore binds it)? The listener
 /// is kept so the other doctors can try to reach it.
-pub(crate) fn master_port(plan: &Plan) -> (Option<Check>, Option<TcpListener>) {
+pub(crate) fn master_port(plan: &JobPlan) -> (Option<Check>, Option<TcpListener>) {
     const NAME: &str = "MASTER_PORT free";
     let MasterPort::Fixed(port) = plan.master_port else {
         return (None, None);
@@ -108,7 +108,7 @@ pub(crate) fn master_port(plan: &Plan) -> (Option<Check>, Option<TcpListener>) {
 
 /// Listens on up to `count` data ports where this node's ranks would.
 pub(crate) fn data_ports(
-    plan: &Plan,
+    plan: &JobPlan,
     ifname: Option<&str>,
     range: Option<(u16, u16)>,
     store_endpoint: &str,
@@ -194,14 +194,14 @@ mod tests {
     use crate::launch::plan::{Purpose, Sources};
     use crate::launch::JobArgs;
 
-    fn plan(nnodes: usize, node: usize, master: &str) -> Plan {
+    fn plan(nnodes: usize, node: usize, master: &str) -> JobPlan {
         let args = JobArgs {
             nnodes: Some(nnodes),
             node_rank: Some(node),
             master_addr: Some(master.into()),
             ..Default::default()
         };
-        Plan::resolve(&args, &Sources { env: &|_| None, hostname: "h" }, Purpose::Doctor, || "r".into()).unwrap()
+        JobPlan::resolve(&args, &Sources { env: &|_| None, hostname: "h" }, Purpose::Doctor, || "r".into()).unwrap()
     }
 
     #[test]
@@ -224,8 +224,8 @@ mod tests {
         let holder = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = holder.local_addr().unwrap().port();
         let args = JobArgs { store_port: Some(port), master_port: Some(port - 1), ..Default::default() };
-        let p =
-            Plan::resolve(&args, &Sources { env: &|_| None, hostname: "h" }, Purpose::Doctor, || "r".into()).unwrap();
+        let p = JobPlan::resolve(&args, &Sources { env: &|_| None, hostname: "h" }, Purpose::Doctor, || "r".into())
+            .unwrap();
         let (c, server) = host_store(&p, "r", None);
         assert!(server.is_none());
         assert_eq!(c.status, Status::Fail);

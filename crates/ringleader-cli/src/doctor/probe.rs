@@ -3,12 +3,38 @@
 //! every doctor connects to every doctor's ports, all at once, each attempt
 //! bounded.
 
-use super::exchange::{Probe, Target};
 use ringleader_core::Error;
 use ringleader_transport::{DataListener, ListenOptions};
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
+
+/// What a probe connected to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Target {
+    /// A data port.
+    Data,
+    /// Node 0's MASTER_PORT.
+    MasterPort,
+}
+
+/// One connection attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Probe {
+    /// The node that connected.
+    pub(crate) from: usize,
+    /// The node that listened.
+    pub(crate) to: usize,
+    /// `ip:port`.
+    pub(crate) addr: String,
+    /// What listened there.
+    pub(crate) what: Target,
+    /// Whether the connection was made.
+    pub(crate) ok: bool,
+    /// How long it took, or what failed.
+    pub(crate) detail: String,
+}
 
 /// At most this many connection attempts run at once.
 const PARALLEL: usize = 64;

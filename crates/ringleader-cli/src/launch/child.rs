@@ -19,8 +19,8 @@
 //! has already ended is therefore always safe.
 
 use super::ending::Ending;
+use super::event::Event;
 use super::output::{forward_lines, Sink};
-use super::supervise::Event;
 use crate::error::{CliError, Result};
 use rustix::process::{Pid, WaitId, WaitIdOptions};
 use std::ffi::OsString;

@@ -72,7 +72,7 @@ pub(crate) struct Sources<'a> {
 
 /// A launch, resolved.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub(crate) struct JobPlan {
     /// Ranks started on each node (1 when a doctor was not told).
     pub(crate) nproc_per_node: usize,
     /// Nodes in the job.
@@ -96,7 +96,7 @@ pub(crate) struct Plan {
     pub(crate) note: Option<String>,
 }
 
-impl Plan {
+impl JobPlan {
     /// Checks the options and fills in the defaults (see the module docs for
     /// the order). `fresh_run_id` makes a random id (single node, none given).
     pub(crate) fn resolve(
@@ -104,7 +104,7 @@ impl Plan {
         src: &Sources<'_>,
         purpose: Purpose,
         fresh_run_id: impl FnOnce() -> String,
-    ) -> Result<Plan, Error> {
+    ) -> Result<JobPlan, Error> {
         let slurm = SlurmNode::detect(src.env)?;
         let hosts: Vec<String> = args.hosts.iter().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect();
         let nnodes = match (args.nnodes, hosts.len(), &slurm) {
@@ -175,7 +175,7 @@ impl Plan {
         };
         ringleader_core::config::check_run_id("--run-id", &run_id)?;
         let note = slurm.as_ref().map(|s| s.describe(args, nnodes, node_rank, &master_addr, master_port, nproc));
-        Ok(Plan {
+        Ok(JobPlan {
             nproc_per_node: nproc,
             nnodes,
             node_rank,
@@ -585,14 +585,14 @@ mod tests {
         JobArgs { nproc_per_node: Some(nproc), nnodes: Some(nnodes), node_rank: Some(node_rank), ..Default::default() }
     }
 
-    fn resolve(a: &JobArgs) -> Result<Plan, Error> {
+    fn resolve(a: &JobArgs) -> Result<JobPlan, Error> {
         resolve_in(a, &[], Purpose::Launch)
     }
 
-    fn resolve_in(a: &JobArgs, env: &[(&str, &str)], purpose: Purpose) -> Result<Plan, Error> {
+    fn resolve_in(a: &JobArgs, env: &[(&str, &str)], purpose: Purpose) -> Result<JobPlan, Error> {
         let m: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let lookup = move |k: &str| m.get(k).cloned();
-        Plan::resolve(a, &Sources { env: &lookup, hostname: "node-b.cluster" }, purpose, || "fresh".into())
+        JobPlan::resolve(a, &Sources { env: &lookup, hostname: "node-b.cluster" }, purpose, || "fresh".into())
     }
 
     #[test]

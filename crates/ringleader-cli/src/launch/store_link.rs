@@ -1,7 +1,9 @@
 //! The launcher and ringleader's store: node 0 hosts it in-process
 //! ([`host_store`]), and every node's launcher records how its failed ranks
 //! ended under `rl/exit/{rank}` ([`ExitRecorder`]), so the survivors'
-//! diagnosis can say "rank 1 was killed by signal 9 (SIGKILL, OOM killer)".
+//! diagnosis can say "rank 1 was killed by signal 9 (SIGKILL, OOM killer)",
+//! and watches for the ranks' verdict ([`watch_verdict`]), so that a failed
+//! job ends promptly.
 
 use crate::error::Result;
 use ringleader_core::error::fmt_ranks;
@@ -142,6 +144,50 @@ fn record_all(addr: &str, run_id: &str, token: Option<String>, rx: Receiver<(usi
             );
         }
         let _ = handled.send(());
+    }
+}
+
+/// How long one wait for the verdict lasts before the watcher asks again
+/// (the store bounds every wait; asking again costs one round trip).
+const VERDICT_POLL: Duration = Duration::from_secs(30);
+
+/// Watches the store at `addr` for the job's verdict from a background
+/// thread and calls `on_verdict` with its headline once it is published.
+///
+/// Ranks waiting in the failed collective read the verdict and exit by
+/// themselves; a rank in the user's own code (sleeping, stuck in a data
+/// loader) never reads it, so the launcher must end it, and learning of the
+/// verdict at once lets it do so within seconds rather than after a grace
+/// period sized for a rank that fails without one. The thread ends when the
+/// verdict arrives, when the store goes away, or with the process.
+pub(crate) fn watch_verdict(
+    addr: String,
+    run_id: String,
+    token: Option<String>,
+    on_verdict: impl FnOnce(String) + Send + 'static,
+) {
+    let spawned = std::thread::Builder::new().name("verdict-watch".into()).spawn(move || {
+        let Ok(mut client) = connect(&addr, &run_id, token) else {
+            return;
+        };
+        loop {
+            match client.get(ringleader_store::keys::VERDICT, VERDICT_POLL) {
+                Ok(v) => {
+                    let headline = serde_json::from_slice::<ringleader_core::Diagnosis>(&v)
+                        .map(|d| d.headline.lines().next().unwrap_or_default().to_string())
+                        .unwrap_or_default();
+                    on_verdict(headline);
+                    return;
+                }
+                Err(ringleader_core::Error::StoreTimeout { .. }) => {}
+                // The store went away (the job is over) or refused us: the
+                // teardown falls back to the exit-driven grace period.
+                Err(_) => return,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("ringleader launch: warning: not watching for the verdict: {e}");
     }
 }
 

@@ -13,6 +13,13 @@
 //!                                  Killing (5 s, then stop waiting)
 //! ```
 //!
+//! Once the ranks publish their verdict in the store, the job has failed
+//! and the ranks that read it exit by themselves; the others (a rank
+//! sleeping in the user's code never reads it) get [`VERDICT_GRACE`], then
+//! SIGTERM and, [`VERDICT_KILL_AFTER`] later, SIGKILL: a failed job ends
+//! within 2 s of its verdict (1.5 s and a kill), as torchrun ends one at
+//! once.
+//!
 //! A second signal to the launcher (a second Ctrl-C) skips to SIGKILL.
 //! SIGHUP (the terminal or the ssh session that started the launcher went
 //! away) is ignored, with a line saying so: the job runs on. The loop ends
@@ -20,10 +27,12 @@
 //! SIGKILL, so nothing a rank started (a grandchild in its group) outlives
 //! the job.
 //! The launcher's exit code is that of the first rank that failed on its own
-//! (128 + signal for a signal), else 128 + the signal the launcher got, else 0.
+//! (128 + signal for a signal), else 128 + the signal the launcher got, else
+//! 1 if the ranks published a verdict, else 0.
 
 use super::child::RankProcess;
 use super::ending::Ending;
+use super::event::Event;
 use super::oom::OomWatch;
 use super::store_link::ExitRecorder;
 use crate::signals::signal_name;
@@ -36,25 +45,18 @@ use std::time::{Duration, Instant};
 const KILL_AFTER: Duration = Duration::from_secs(3);
 /// From SIGKILL to giving up on a process (one stuck in the kernel).
 const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+/// From the verdict to SIGTERM for the ranks still running (at most
+/// `--grace`): long enough for the ranks that read it to print it and exit.
+const VERDICT_GRACE: Duration = Duration::from_millis(500);
+/// From SIGTERM to SIGKILL when the verdict is out: nothing is left to wait
+/// for, and the job must end within 2 s of it.
+const VERDICT_KILL_AFTER: Duration = Duration::from_secs(1);
+/// The launcher's exit code when the ranks published a verdict but none
+/// failed on its own before the launcher ended them.
+const VERDICT_EXIT_CODE: i32 = 1;
 /// How long output pipes may stay open once every rank has ended (a
 /// background process of a rank can hold them).
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// What the supervisor reacts to.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// The rank at `index` ended (it is left a zombie until reaped).
-    Ended {
-        /// Index into the supervisor's ranks.
-        index: usize,
-        /// How it ended.
-        ending: Ending,
-    },
-    /// One output pipe of a rank reached end of file.
-    OutputClosed,
-    /// The launcher received this signal.
-    Signal(i32),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -89,6 +91,8 @@ pub(crate) struct Supervisor {
     launcher_signal: Option<i32>,
     signals_received: u32,
     open_outputs: usize,
+    /// The verdict is out: the teardown is the short one.
+    verdict: bool,
 }
 
 impl Supervisor {
@@ -114,6 +118,7 @@ impl Supervisor {
             launcher_signal: None,
             signals_received: 0,
             open_outputs: 2 * n,
+            verdict: false,
         }
     }
 
@@ -129,6 +134,7 @@ impl Supervisor {
                 Ok(Event::Ended { index, ending }) => self.on_ended(index, ending),
                 Ok(Event::OutputClosed) => self.open_outputs = self.open_outputs.saturating_sub(1),
                 Ok(Event::Signal(sig)) => self.on_signal(sig),
+                Ok(Event::Verdict(headline)) => self.on_verdict(&headline),
                 Err(RecvTimeoutError::Timeout) => {
                     if !self.escalate() {
                         break;
@@ -146,7 +152,13 @@ impl Supervisor {
         }
         self.drain_output();
         self.reap();
-        let code = self.first_failure.or(self.launcher_signal.map(|s| 128 + s)).unwrap_or(0);
+        // A job with a verdict failed, even when every rank that read it
+        // was still on its way out when the launcher ended it.
+        let code = self
+            .first_failure
+            .or(self.launcher_signal.map(|s| 128 + s))
+            .or(self.verdict.then_some(VERDICT_EXIT_CODE))
+            .unwrap_or(0);
         (code, self.recorder)
     }
 
@@ -196,6 +208,29 @@ impl Supervisor {
             }
             self.phase = Phase::Grace(Instant::now() + self.grace);
         }
+    }
+
+    /// The verdict is out: shortens the grace of the ranks still running.
+    fn on_verdict(&mut self, headline: &str) {
+        if self.verdict || matches!(self.phase, Phase::Terminating(_) | Phase::Killing(_)) {
+            return;
+        }
+        self.verdict = true;
+        let until = Instant::now() + self.grace.min(VERDICT_GRACE);
+        self.phase = match self.phase {
+            Phase::Grace(t) => Phase::Grace(t.min(until)),
+            _ => Phase::Grace(until),
+        };
+        let survivors = self.running();
+        if survivors.is_empty() {
+            return;
+        }
+        let what = if headline.is_empty() { String::new() } else { format!(" ({headline})") };
+        eprintln!(
+            "ringleader launch: the job failed{what}; giving {} {:.1} s to exit, then SIGTERM",
+            self.describe_ranks(&survivors),
+            self.grace.min(VERDICT_GRACE).as_secs_f64()
+        );
     }
 
     fn on_signal(&mut self, sig: i32) {
@@ -249,13 +284,14 @@ impl Supervisor {
         match self.phase {
             Phase::Running => {}
             Phase::Grace(_) => {
+                let kill_after = if self.verdict { VERDICT_KILL_AFTER } else { KILL_AFTER };
                 eprintln!(
                     "ringleader launch: sending SIGTERM to {} (SIGKILL follows in {:.0} s)",
                     self.describe_ranks(&survivors),
-                    KILL_AFTER.as_secs_f64()
+                    kill_after.as_secs_f64()
                 );
                 self.signal_all(&survivors, libc::SIGTERM);
-                self.phase = Phase::Terminating(now + KILL_AFTER);
+                self.phase = Phase::Terminating(now + kill_after);
             }
             Phase::Terminating(_) => {
                 eprintln!("ringleader launch: sending SIGKILL to {}", self.describe_ranks(&survivors));

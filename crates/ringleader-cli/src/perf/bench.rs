@@ -339,7 +339,7 @@ impl Region {
 
 /// What one operation of one form does with its buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Plan {
+struct Layout {
     /// Elements of the send, receive and scratch buffers.
     lens: [usize; 3],
     /// Where this rank's input goes for the checked run.
@@ -354,14 +354,14 @@ struct Plan {
     result: Region,
 }
 
-impl Plan {
+impl Layout {
     /// The plan of `variant` of `op` on rank `me` (see [`emulation`]).
-    fn of(op: OpKind, variant: Variant, shape: &Shape, me: usize, root: usize) -> Plan {
+    fn of(op: OpKind, variant: Variant, shape: &Shape, me: usize, root: usize) -> Layout {
         let (t, c) = (shape.total, shape.chunk);
         let whole = |b| Region::new(b, 0, t);
         let mine = |b| Region::new(b, me * c, c);
         let (send, recv) = (Buf::Send, Buf::Recv);
-        let in_place = Plan {
+        let in_place = Layout {
             lens: [0, t, 0],
             input: whole(recv),
             pre: None,
@@ -370,28 +370,28 @@ impl Plan {
             result: whole(recv),
         };
         match (variant, op) {
-            (Variant::InPlace, OpKind::AllGather) => Plan {
+            (Variant::InPlace, OpKind::AllGather) => Layout {
                 lens: [0, t, c],
                 input: mine(recv),
                 pre: Some((mine(recv), Buf::Scratch, 0)),
                 args: (Some(Buf::Scratch), recv),
                 ..in_place
             },
-            (Variant::InPlace, OpKind::ReduceScatter) => Plan {
+            (Variant::InPlace, OpKind::ReduceScatter) => Layout {
                 lens: [0, t, c],
                 args: (Some(recv), Buf::Scratch),
                 post: Some((Region::new(Buf::Scratch, 0, c), recv, me * c)),
                 result: mine(recv),
                 ..in_place
             },
-            (Variant::InPlace, OpKind::AllToAll) => Plan {
+            (Variant::InPlace, OpKind::AllToAll) => Layout {
                 lens: [0, t, t],
                 pre: Some((whole(recv), Buf::Scratch, 0)),
                 args: (Some(Buf::Scratch), recv),
                 ..in_place
             },
             (Variant::InPlace, _) => in_place,
-            (Variant::OutOfPlace, OpKind::AllGather) => Plan {
+            (Variant::OutOfPlace, OpKind::AllGather) => Layout {
                 lens: [c, t, 0],
                 input: Region::new(send, 0, c),
                 pre: None,
@@ -399,7 +399,7 @@ impl Plan {
                 post: None,
                 result: whole(recv),
             },
-            (Variant::OutOfPlace, OpKind::ReduceScatter) => Plan {
+            (Variant::OutOfPlace, OpKind::ReduceScatter) => Layout {
                 lens: [t, c, 0],
                 input: whole(send),
                 pre: None,
@@ -407,7 +407,7 @@ impl Plan {
                 post: None,
                 result: Region::new(recv, 0, c),
             },
-            (Variant::OutOfPlace, OpKind::AllToAll) => Plan {
+            (Variant::OutOfPlace, OpKind::AllToAll) => Layout {
                 lens: [t, t, 0],
                 input: whole(send),
                 pre: None,
@@ -421,7 +421,7 @@ impl Plan {
             (Variant::OutOfPlace, _) => {
                 let copies = op == OpKind::AllReduce || me == root;
                 let keeps = op == OpKind::Reduce && me != root;
-                Plan {
+                Layout {
                     lens: [t, t, 0],
                     input: whole(send),
                     pre: copies.then_some((whole(send), recv, 0)),
@@ -445,7 +445,7 @@ fn copy<T: Copy>(bufs: &mut Bufs<T>, (from, to, at): (Region, Buf, usize)) {
 }
 
 /// One operation with the blocking API: copy, call, copy.
-fn run_blocking<T: Sample, C: Collectives>(comm: &C, call: Call, plan: &Plan, bufs: &mut Bufs<T>) -> CommResult<()> {
+fn run_blocking<T: Sample, C: Collectives>(comm: &C, call: Call, plan: &Layout, bufs: &mut Bufs<T>) -> CommResult<()> {
     if let Some(c) = plan.pre {
         copy(bufs, c);
     }
@@ -468,7 +468,7 @@ fn run_blocking<T: Sample, C: Collectives>(comm: &C, call: Call, plan: &Plan, bu
 fn iteration<T: Sample, C: Collectives>(
     comm: &C,
     call: Call,
-    plan: &Plan,
+    plan: &Layout,
     sets: &mut [Bufs<T>],
     blocking_ops: Option<usize>,
 ) -> CommResult<()> {
@@ -510,7 +510,7 @@ fn measure<T: Sample, C: Collectives>(
 ) -> CommResult<Measured> {
     let me = comm.rank();
     let call = Call::of(spec.op, spec.redop, spec.root).ok_or_else(|| format!("{} is not benchmarked", spec.op))?;
-    let plan = Plan::of(spec.op, variant, shape, me, spec.root);
+    let plan = Layout::of(spec.op, variant, shape, me, spec.root);
     let agg = spec.agg_iters.max(1);
     let sets = if spec.blocking { 1 } else { agg };
     let mut sets: Vec<Bufs<T>> = (0..sets).map(|_| plan.lens.map(zeroed::<T>)).collect();
@@ -561,7 +561,7 @@ fn measure<T: Sample, C: Collectives>(
 
 /// Poisons every buffer, then writes this rank's input where the plan
 /// takes it from.
-fn fill<T: Sample>(bufs: &mut Bufs<T>, plan: &Plan, pattern: &Pattern, me: usize) {
+fn fill<T: Sample>(bufs: &mut Bufs<T>, plan: &Layout, pattern: &Pattern, me: usize) {
     for b in bufs.iter_mut() {
         b.fill(T::from_i64(POISON));
     }

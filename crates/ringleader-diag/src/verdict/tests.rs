@@ -2,7 +2,7 @@
 //! synthetic snapshots.
 
 use super::*;
-use crate::snapshot::{Beat, Liveness, Observation, PeerView, Running, Snapshot};
+use crate::snapshot::{Beat, Liveness, Observation, P2pWait, PeerView, Running, Snapshot};
 use ringleader_core::{DType, Error, ReduceOp};
 
 fn ar(n: u64) -> Fingerprint {
@@ -19,6 +19,9 @@ fn beat(done: u64, running: Option<(u64, Fingerprint)>, awaited: Vec<Rank>) -> B
             running_ms: 9_500,
             awaited_peers: awaited.clone(),
         }),
+        p2p: Vec::new(),
+        running_site: None,
+        last_completed_site: None,
     }
 }
 
@@ -370,4 +373,117 @@ fn many_ranks_that_left_make_one_clause() {
     );
     assert!(d.headline.ends_with("after all_reduce #1, while rank 0 waits in it"), "{}", d.headline);
     assert_eq!(d.details.len(), 2, "{:?}", d.details);
+}
+
+#[test]
+fn call_sites_of_the_waiting_and_the_absent_rank_are_named() {
+    let waiting = Beat { running_site: Some("train.py:24 in step".into()), ..beat(1, Some((2, ar(1))), vec![1]) };
+    let absent = Beat { last_completed_site: Some("train.py:18 in warmup".into()), ..beat(1, None, vec![]) };
+    let e = ev(
+        2,
+        vec![peer(0, Liveness::Alive, Some(200), waiting.clone()), peer(1, Liveness::Alive, Some(300), absent)],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::MissedCollective, vec![1]));
+    assert!(d.headline.contains("rank 1 last completed collective #1 at train.py:18 in warmup"), "{}", d.headline);
+    assert!(d.headline.ends_with("rank 0 waits in it (called at train.py:24 in step)"), "{}", d.headline);
+    assert!(
+        d.details.iter().any(|l| l.contains("in all_reduce #2 called at train.py:24 in step for")),
+        "{:?}",
+        d.details
+    );
+}
+
+#[test]
+fn call_sites_come_from_the_flight_record_when_a_snapshot_has_them() {
+    let fr = crate::recorder::FlightRecorder::new(16, 10_000);
+    let site = crate::callsite::CallSite::Tag(crate::callsite::intern("a.py:3 in f"));
+    let id = fr.record_at(ar(1), 1, 0, Some(site));
+    fr.started(id);
+    fr.completed(id);
+    let mut s = Snapshot::new(0, 2, "node0", 1000, "run");
+    s.entries = fr.entries();
+    s.beat = beat(1, None, vec![]);
+    assert_eq!(s.entries[0].call_site.as_deref(), Some("a.py:3 in f"));
+    let e = ev(2, vec![peer(0, Liveness::Alive, Some(100), beat(1, None, vec![]))], vec![s]);
+    let facts = Facts::gather(&e);
+    assert_eq!(facts[0].site_of(1), Some("a.py:3 in f"));
+}
+
+fn p2p(waits: &[(OpKind, Rank)]) -> Beat {
+    Beat { p2p: waits.iter().map(|&(op, peer)| P2pWait { op, peer, seq: 1 }).collect(), ..beat(0, None, vec![]) }
+}
+
+#[test]
+fn ranks_receiving_from_each_other_are_a_deadlock_cycle() {
+    let e = ev(
+        2,
+        vec![
+            peer(0, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 1)])),
+            peer(1, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 0)])),
+        ],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::MissedCollective, vec![0, 1]));
+    assert_eq!(d.headline, "deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0");
+    assert_eq!((d.op, d.seq), (Some(OpKind::Recv), Some(1)));
+    assert!(d.details.iter().any(|l| l.contains("waits in recv #1 (from rank 1)")), "{:?}", d.details);
+}
+
+#[test]
+fn a_chain_of_receives_ends_at_the_rank_outside_any_operation() {
+    let e = ev(
+        3,
+        vec![
+            peer(0, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 1)])),
+            peer(1, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 2)])),
+            peer(2, Liveness::Alive, Some(100), beat(3, None, vec![])),
+        ],
+        vec![],
+    );
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::MissedCollective, vec![2]));
+    assert!(
+        d.headline.starts_with(
+            "rank 0 waits to receive from rank 1, which waits to receive from rank 2, which is outside any operation"
+        ),
+        "{}",
+        d.headline
+    );
+    assert!(d.hints.iter().any(|h| h.contains("py-spy dump --pid 1002")), "{:?}", d.hints);
+}
+
+#[test]
+fn a_send_met_by_a_receive_is_no_deadlock() {
+    let e = ev(
+        2,
+        vec![
+            peer(0, Liveness::Alive, Some(100), p2p(&[(OpKind::Send, 1)])),
+            peer(1, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 0)])),
+        ],
+        vec![],
+    );
+    assert!(!verdict(&e).headline.contains("deadlock"));
+}
+
+#[test]
+fn a_deadlock_in_a_sub_group_names_global_ranks() {
+    let mut e = ev(
+        2,
+        vec![
+            peer(0, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 1)])),
+            peer(1, Liveness::Alive, Some(100), p2p(&[(OpKind::Recv, 0)])),
+        ],
+        vec![],
+    );
+    e.group = Some(Group::new("pp", vec![4, 6]));
+    let d = verdict(&e);
+    assert_eq!(d.culprits, vec![4, 6]);
+    assert!(
+        d.headline.contains("rank 4 waits to receive from rank 6, which waits to receive from rank 4"),
+        "{}",
+        d.headline
+    );
 }

@@ -41,7 +41,7 @@
 //! completion and can be polled beside the abort eventfd.
 
 use super::{Endpoint, Qp, Wc, WcKind, WcStatus};
-use crate::link::ReadOutcome;
+use crate::link::{Link, ReadOutcome, Wake};
 use ringleader_core::{AbortSignal, Error, Rank};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fd::BorrowedFd;
@@ -413,5 +413,25 @@ impl RdmaLink {
                 Err(e) => return Err(WaitError::Failed(e.into())),
             }
         }
+    }
+}
+
+impl Link for RdmaLink {
+    fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    #[inline]
+    fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        RdmaLink::try_write(self, bufs)
+    }
+
+    #[inline]
+    fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome> {
+        RdmaLink::try_read(self, buf)
+    }
+
+    fn wake(&self) -> Wake<'_> {
+        Wake::Completions(self.fd())
     }
 }

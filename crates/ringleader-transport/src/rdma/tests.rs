@@ -6,8 +6,9 @@
 use super::link::WaitError;
 use super::model::{Control, Fabric};
 use super::*;
-use crate::driver::{Buf, Chan, Driver, OpInfo, Plan, RecvMode, Region};
-use crate::link::{Link, ReadOutcome};
+use crate::driver::{Driver, Watch};
+use crate::link::{AnyLink, ReadOutcome};
+use crate::plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use ringleader_core::{AbortSignal, DType, Error, ErrorKind, Fingerprint, OpKind, ReduceOp};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
@@ -280,13 +281,13 @@ fn unusable_parameters_are_refused() {
 }
 
 /// Links for a two-rank world, as the driver takes them (`links[peer][stream]`).
-fn driver_links() -> (Vec<Vec<Link>>, Vec<Vec<Link>>) {
+fn driver_links() -> (Vec<Vec<AnyLink>>, Vec<Vec<AnyLink>>) {
     let ((a, _), (b, _)) = pair(LinkParams { slots: 8, chunk: 8192 });
-    (vec![vec![], vec![Link::Rdma(a)]], vec![vec![Link::Rdma(b)], vec![]])
+    (vec![vec![], vec![Box::new(a) as AnyLink]], vec![vec![Box::new(b) as AnyLink], vec![]])
 }
 
 fn run_side(
-    links: &mut [Vec<Link>],
+    links: &mut [Vec<AnyLink>],
     me: usize,
     data: &mut [u8],
     fp: Fingerprint,
@@ -313,7 +314,8 @@ fn run_side(
     let abort = AbortSignal::new().unwrap();
     let deadline = Some(Instant::now() + Duration::from_secs(20));
     let mut bufs = [Buf::Rw(data), Buf::Rw(&mut scratch)];
-    Driver::new().run(links, &mut bufs, &plan, &[op], &abort, deadline, &ringleader_core::RankSet::new(0))
+    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+    Driver::new().run(links, &mut bufs, &plan, &op, &watch)
 }
 
 #[test]
@@ -371,7 +373,7 @@ fn a_mismatch_over_rdma_is_caught_from_the_frame_header() {
 fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_number() {
     let ((a, ca), (b, _)) = pair(LinkParams { slots: 8, chunk: 8192 });
     ca.faults().fail_send_at.store(2, Ordering::Relaxed);
-    let (mut la, mut lb) = (vec![vec![], vec![Link::Rdma(a)]], vec![vec![Link::Rdma(b)], vec![]]);
+    let (mut la, mut lb) = (vec![vec![], vec![Box::new(a) as AnyLink]], vec![vec![Box::new(b) as AnyLink], vec![]]);
     let fp = Fingerprint::new(OpKind::AllGather, DType::U8, 100_000);
     // The receiver hears nothing after the failed message: the deadline
     // (or, in the runtime, the abort that follows rank 0's error) ends it.
@@ -383,15 +385,8 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
         let op = OpInfo { seq: 7, fingerprint: fp, checks: true };
         let deadline = Some(Instant::now() + Duration::from_millis(500));
         let abort = AbortSignal::new().unwrap();
-        Driver::new().run(
-            &mut lb,
-            &mut [Buf::Rw(&mut d)],
-            &plan,
-            &[op],
-            &abort,
-            deadline,
-            &ringleader_core::RankSet::new(0),
-        )
+        let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+        Driver::new().run(&mut lb, &mut [Buf::Rw(&mut d)], &plan, &op, &watch)
     });
     let d = vec![1u8; 100_000];
     let chan = Chan { peer: 1, stream: 0 };
@@ -403,9 +398,8 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
     // A send completes locally once posted: the failure surfaces at the
     // next call on the link, here the goodbye-like second frame.
     plan.send(chan, Region::new(0, 0, 8), None);
-    let e = Driver::new()
-        .run(&mut la, &mut [Buf::Ro(&d)], &plan, &[op], &abort, deadline, &ringleader_core::RankSet::new(0))
-        .unwrap_err();
+    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+    let e = Driver::new().run(&mut la, &mut [Buf::Ro(&d)], &plan, &op, &watch).unwrap_err();
     let s = e.to_string();
     assert_eq!(e.kind(), ErrorKind::PeerDied, "{s}");
     assert!(

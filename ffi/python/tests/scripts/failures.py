@@ -19,18 +19,27 @@ def report(e, t0):
     print("ERROR " + json.dumps(fields), flush=True)
 
 
+def load_batch():
+    # A data loader that hangs: rank 1 never reaches its second all_reduce.
+    time.sleep(30)
+
+
 def main():
     scenario = sys.argv[1]
     pg = ringleader.init(timeout=float(os.environ.get("TEST_TIMEOUT", "20")))
     r = pg.rank
     x = np.ones(4, dtype=np.float32)
-    pg.all_reduce(x)
+    pg.all_reduce(x)  # FIRST CALL
     print("READY", flush=True)
     t0 = time.monotonic()
     try:
         if scenario == "skip":
             if r == 0:  # THE BUG: only rank 0 makes this call
                 pg.all_reduce(x)
+        elif scenario == "sleep_in_function":
+            if r == 1:
+                load_batch()
+            pg.all_reduce(x)  # SECOND CALL
         elif scenario == "mismatch":
             pg.all_reduce(np.ones(4 if r == 0 else 5, dtype=np.float32))
             pg.barrier()

@@ -1,4 +1,7 @@
-//! Shared memory for ranks on the same host.
+//! Setting up the data plane over the TCP mesh: shared memory for the
+//! ranks of one host, the handshake that tells a peer its new links are
+//! ready (shared memory, RDMA), and the split of each pair's links into
+//! the collectives' streams and the send/recv lane ([`Lanes`]).
 //!
 //! After rendezvous every rank knows where its peers run (host name and
 //! kernel boot id). Ranks that share a host replace their TCP links with
@@ -10,33 +13,67 @@
 //! is an `invalid-argument` error on every rank of the host at init (naming
 //! its size, what the job needs, and RINGLEADER_TRANSPORT=tcp or
 //! `--shm-size`), never a SIGBUS in the middle of a transfer.
+//!
+//! The RDMA set-up (`src/rdma.rs` of the `ringleader` crate) exchanges
+//! its queue-pair endpoints through the store, so it stays with the
+//! runtime and calls [`handshake`] from there.
 
-use crate::rendezvous::PeerInfo;
+use crate::driver::{Driver, Idle, Watch};
+use crate::link::AnyLink;
+use crate::plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
+use crate::shm::{segment_name, Domain, Waiter};
 use ringleader_core::{AbortSignal, Config, DType, Error, Fingerprint, OpKind, Rank, Result, TransportKind};
-use ringleader_transport::driver::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
-use ringleader_transport::shm::{segment_name, Domain, Waiter};
-use ringleader_transport::{Driver, Idle, Link};
 use std::time::{Duration, Instant};
 
-/// How long a wait spins before it sleeps, when every local rank has a core
-/// of its own.
-const SPIN: Duration = Duration::from_micros(50);
-/// How long it polls and yields its core before it sleeps, when local ranks
-/// outnumber the cores. Measured with 4 and 8 ranks on 2 cores: an 8-byte
-/// all_reduce went from 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us
-/// (8 ranks) against sleeping at once; 1-16 MiB did not get slower.
-const YIELD: Duration = Duration::from_micros(20);
+/// Where a rank runs, as set-up needs it: ranks with equal host and boot
+/// id share memory.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerHost<'a> {
+    /// The rank.
+    pub rank: Rank,
+    /// Its host name.
+    pub host: &'a str,
+    /// Its booted kernel's id (empty when unknown: then it shares nothing).
+    pub boot_id: &'a str,
+    /// Its process id (names its shared-memory segment).
+    pub pid: u32,
+}
+
+/// Each pair's links, split by use: `streams` links per peer for the
+/// collectives (`collectives[peer][stream]`, what [`Driver::run`] takes)
+/// and one for sends and receives (`send_recv[peer]`; `None` for this
+/// rank itself).
+#[derive(Debug)]
+pub struct Lanes {
+    /// The collectives' links.
+    pub collectives: Vec<Vec<AnyLink>>,
+    /// The send/recv lane's link to each peer.
+    pub send_recv: Vec<Option<AnyLink>>,
+}
+
+impl Lanes {
+    /// Splits a mesh built with one link per pair more than the
+    /// collectives use: the last link of each pair is the send/recv lane.
+    pub fn split(mut links: Vec<Vec<AnyLink>>) -> Lanes {
+        let send_recv = links.iter_mut().map(Vec::pop).collect();
+        Lanes { collectives: links, send_recv }
+    }
+}
 
 /// What the data plane ended up made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Plane {
+pub enum Plane {
+    /// Every link is a socket.
     Tcp,
+    /// Every link is shared memory (the whole job on one host).
     Shm,
+    /// Shared memory to the ranks on this host, sockets to the others.
     Mixed,
 }
 
 impl Plane {
-    pub(crate) fn name(self) -> &'static str {
+    /// The name logs and the perf header give it.
+    pub fn name(self) -> &'static str {
         match self {
             Plane::Tcp => "tcp",
             Plane::Shm => "shm",
@@ -45,19 +82,8 @@ impl Plane {
     }
 }
 
-/// How a rank with `local` ranks on its host waits before it sleeps, on
-/// any link: spinning when each has a core of its own, else yielding.
-fn idle_for(local: usize) -> Idle {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if local <= cores {
-        Idle::Spin(SPIN)
-    } else {
-        Idle::Yield(YIELD)
-    }
-}
-
 /// The ranks that share `me`'s host and kernel, `me` included.
-fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
+fn local_ranks(peers: &[PeerHost<'_>], me: Rank) -> Vec<Rank> {
     let mine = &peers[me];
     peers
         .iter()
@@ -69,20 +95,21 @@ fn local_ranks(peers: &[PeerInfo], me: Rank) -> Vec<Rank> {
 /// Replaces the TCP links to same-host peers (`streams` each) by shared
 /// memory, as `RINGLEADER_TRANSPORT` allows; sets `driver` up to wait on it
 /// and returns the doorbell waiter for other waits of this rank.
-pub(crate) fn attach(
+pub fn attach_shm(
     cfg: &Config,
-    peers: &[PeerInfo],
-    links: &mut [Vec<Link>],
+    peers: &[PeerHost<'_>],
+    links: &mut [Vec<AnyLink>],
     streams: usize,
     driver: &mut Driver,
     abort: &AbortSignal,
 ) -> Result<(Plane, Option<Waiter>)> {
     let local = local_ranks(peers, cfg.rank);
-    driver.set_idle(idle_for(local.len()));
+    driver.set_idle(Idle::for_local_ranks(local.len()));
     driver.set_splice_min(cfg.tcp_splice);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),
-        // Every link goes over RDMA (`crate::rdma` replaces them after this).
+        // Every link goes over RDMA (the runtime's RDMA set-up replaces them
+        // after this).
         TransportKind::Rdma if cfg!(feature = "rdma") => return Ok((Plane::Tcp, None)),
         TransportKind::Rdma => {
             return Err(Error::invalid(
@@ -116,20 +143,20 @@ pub(crate) fn attach(
     domain.unlink();
     let (shm_links, waiter) = domain.links();
     for (peer, l) in shm_links {
-        links[peer] = l.into_iter().map(Link::Shm).collect();
+        links[peer] = l.into_iter().map(|l| Box::new(l) as AnyLink).collect();
     }
     waiter.wake_on(abort);
-    driver.set_shm(waiter.clone(), idle_for(local.len()));
+    driver.set_shm(waiter.clone(), Idle::for_local_ranks(local.len()));
     Ok((if local.len() == peers.len() { Plane::Shm } else { Plane::Mixed }, Some(waiter)))
 }
 
 /// An empty frame to and from every peer in `local` over TCP: once it has
 /// arrived from a peer, that peer has mapped every segment it needs (or,
 /// for RDMA, connected its queue pairs).
-pub(crate) fn handshake(
+pub fn handshake(
     me: Rank,
     local: &[Rank],
-    links: &mut [Vec<Link>],
+    links: &mut [Vec<AnyLink>],
     deadline: Instant,
     abort: &AbortSignal,
 ) -> Result<()> {
@@ -140,13 +167,6 @@ pub(crate) fn handshake(
         plan.recv(chan, Region::new(0, 0, 0), RecvMode::Copy, None, None);
     }
     let op = OpInfo { seq: 0, fingerprint: Fingerprint::new(OpKind::Barrier, DType::U8, 0), checks: true };
-    Driver::new().run(
-        links,
-        &mut [Buf::Rw(&mut [])],
-        &plan,
-        &[op],
-        abort,
-        Some(deadline),
-        &ringleader_core::RankSet::new(0),
-    )
+    let watch = Watch { abort, deadline: Some(deadline), awaited: &ringleader_core::RankSet::new(0) };
+    Driver::new().run(links, &mut [Buf::Rw(&mut [])], &plan, &op, &watch)
 }

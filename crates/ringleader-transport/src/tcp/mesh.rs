@@ -1,317 +1,21 @@
-//! TCP: choosing the address to listen on, building the full mesh of
-//! connections at init, and the nonblocking socket behind [`Link::Tcp`].
-//!
-//! Every rank listens before it registers at the store, so by the time a
-//! peer learns our address the listener exists: a refused connection then
-//! means a wrong address or a firewall, never a race. Lower ranks accept,
-//! higher ranks connect, all pairs at once on one thread, so a blocked port
-//! costs one connect timeout, not one per peer.
+//! The full mesh of connections at init: lower ranks accept, higher ranks
+//! connect, every pair at once on one thread, each proved by a hello.
 
+use super::link::TcpLink;
+use super::listen::{set_buffers, DataListener};
 use crate::hello::{Challenge, Hello, Reply};
-use crate::link::{Link, ReadOutcome};
-use ringleader_core::{config::join_host_port, error::Unreachable, AbortSignal, Error, Rank, Result};
+use crate::link::AnyLink;
+use ringleader_core::{error::Unreachable, AbortSignal, Error, Rank, Result};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::AsFd;
 use rustix::net::{RecvFlags, SendFlags};
-use rustix::pipe::{
-    fcntl_getpipe_size, fcntl_setpipe_size, pipe_with, splice, vmsplice, IoSliceRaw, PipeFlags, SpliceFlags,
-};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::{self, IoSlice};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-/// Socket buffer size asked for on data connections. Loopback and LAN
-/// throughput need a few MiB in flight.
-const SOCKET_BUFFER: usize = 4 << 20;
 /// Refused strangers named in a mesh error, at most.
-const MAX_STRANGERS_NOTED: usize = 4;
-
-/// Bytes of the pipe that [`TcpLink::try_splice`] moves pages through (the
-/// kernel's default limit for unprivileged processes).
-const PIPE_SIZE: usize = 1 << 20;
-
-/// A nonblocking TCP connection to one peer.
-#[derive(Debug)]
-pub struct TcpLink {
-    stream: TcpStream,
-    peer: Rank,
-    /// The pipe of [`TcpLink::try_splice`], made on first use: (read end,
-    /// write end, capacity); `None` inside when the kernel refused one.
-    pipe: Option<Option<(OwnedFd, OwnedFd, usize)>>,
-    /// Bytes spliced into the pipe but not yet into the socket: the first
-    /// bytes of what the next `try_splice` is given.
-    in_pipe: usize,
-}
-
-impl TcpLink {
-    fn new(stream: TcpStream, peer: Rank) -> io::Result<TcpLink> {
-        stream.set_nonblocking(true)?;
-        stream.set_nodelay(true)?;
-        Ok(TcpLink { stream, peer, pipe: None, in_pipe: 0 })
-    }
-
-    /// Whether [`TcpLink::try_splice`] can run here (it makes the pipe).
-    pub fn can_splice(&mut self) -> bool {
-        self.pipe.get_or_insert_with(make_pipe).is_some()
-    }
-
-    /// Sends the start of `data` without copying it: its pages go into the
-    /// socket by reference (`vmsplice` into a pipe, `splice` into the
-    /// socket), and the receiver's kernel copies straight out of them.
-    /// Returns how many bytes reached the socket; bytes taken into the pipe
-    /// but not yet sent stay there, and the next call must pass the same
-    /// data again from the returned offset, before any other write.
-    ///
-    /// # Safety
-    /// The bytes must not change until the peer has received them (over a
-    /// network the kernel may even resend them from these pages): the
-    /// caller waits for the peer's word that it has.
-    #[allow(unsafe_code)]
-    pub unsafe fn try_splice(&mut self, data: &[u8]) -> io::Result<usize> {
-        let Some(Some((rd, wr, cap))) = &self.pipe else {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "no pipe to splice through"));
-        };
-        if self.in_pipe == 0 && !data.is_empty() {
-            let take = data.len().min(*cap);
-            let iov = [IoSliceRaw::from_slice(&data[..take])];
-            // SAFETY: the write end of our pipe; the caller keeps the bytes
-            // unchanged until the peer has them.
-            match unsafe { vmsplice(wr, &iov, SpliceFlags::NONBLOCK) } {
-                Ok(n) => self.in_pipe = n,
-                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => return Ok(0),
-                Err(_) => {
-                    // A kernel (or sandbox) without vmsplice: copy from now on.
-                    self.pipe = Some(None);
-                    return self.try_write(&[IoSlice::new(data)]);
-                }
-            }
-        }
-        // "More" only while bytes of `data` wait behind the pipe: with
-        // TCP_NODELAY the last piece must leave at once.
-        let mut flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
-        if data.len() > self.in_pipe {
-            flags |= SpliceFlags::MORE;
-        }
-        match splice(rd, None, &self.stream, None, self.in_pipe, flags) {
-            Ok(n) => {
-                self.in_pipe -= n;
-                Ok(n)
-            }
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The peer's rank.
-    pub fn peer(&self) -> Rank {
-        self.peer
-    }
-
-    /// Writes without blocking. `MSG_NOSIGNAL`: a peer that died must be an
-    /// error here, not a SIGPIPE that kills the process.
-    #[inline]
-    pub fn try_write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let r = if bufs.len() == 1 {
-            rustix::net::send(&self.stream, &bufs[0], SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
-        } else {
-            rustix::net::sendmsg(&self.stream, bufs, &mut Default::default(), SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
-        };
-        match r {
-            Ok(n) => Ok(n),
-            Err(rustix::io::Errno::AGAIN) => Ok(0),
-            Err(rustix::io::Errno::INTR) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Reads without blocking.
-    #[inline]
-    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome> {
-        if buf.is_empty() {
-            return Ok(ReadOutcome::WouldBlock);
-        }
-        match rustix::net::recv(&self.stream, buf, RecvFlags::DONTWAIT) {
-            Ok((_, 0)) => Ok(ReadOutcome::Closed),
-            Ok((_, n)) => Ok(ReadOutcome::Data(n)),
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(ReadOutcome::WouldBlock),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The socket's descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.stream.as_fd()
-    }
-}
-
-/// Two connected links over loopback, for tests: (rank 0's link to rank 1,
-/// rank 1's link to rank 0).
-#[cfg(test)]
-pub(crate) fn test_pair() -> (TcpLink, TcpLink) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    (TcpLink::new(a, 1).unwrap(), TcpLink::new(b, 0).unwrap())
-}
-
-/// A nonblocking pipe of [`PIPE_SIZE`] (or what the kernel grants), where
-/// splicing is safe: `splice(2)` into a socket whose peer is gone raises
-/// SIGPIPE (it has no MSG_NOSIGNAL), which would kill a process that left
-/// the signal at its default. Rust programs and Python ignore it; a C
-/// program that does not gets the copying path.
-fn make_pipe() -> Option<(OwnedFd, OwnedFd, usize)> {
-    if sigpipe_kills() {
-        return None;
-    }
-    let (rd, wr) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK).ok()?;
-    let cap = fcntl_setpipe_size(&wr, PIPE_SIZE).or_else(|_| fcntl_getpipe_size(&wr)).ok()?;
-    Some((rd, wr, cap))
-}
-
-/// Whether SIGPIPE is at its default disposition (terminate).
-#[allow(unsafe_code)]
-fn sigpipe_kills() -> bool {
-    // SAFETY: a query only (no new action); `old` is a plain C struct that
-    // the kernel fills.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) != 0 || old.sa_sigaction == libc::SIG_DFL
-    }
-}
-
-/// Where and how to listen for data connections.
-#[derive(Debug, Clone, Default)]
-pub struct ListenOptions {
-    /// Interface name or prefix (`RINGLEADER_IFNAME`).
-    pub ifname: Option<String>,
-    /// Inclusive port range (`RINGLEADER_PORT_RANGE`); any free port when `None`.
-    pub port_range: Option<(u16, u16)>,
-    /// `host:port` of the store; without an interface name we listen on the
-    /// address the kernel would use to reach it.
-    pub store_endpoint: String,
-}
-
-/// A bound listener and the address peers should dial.
-#[derive(Debug)]
-pub struct DataListener {
-    listener: TcpListener,
-    addr: SocketAddr,
-}
-
-impl DataListener {
-    /// Binds per `opts`.
-    ///
-    /// ```
-    /// use ringleader_transport::tcp::{DataListener, ListenOptions};
-    /// let l = DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
-    /// assert!(l.addr().ip().is_loopback());
-    /// ```
-    pub fn bind(opts: &ListenOptions) -> Result<DataListener> {
-        let ip = choose_ip(opts)?;
-        let (lo, hi) = opts.port_range.unwrap_or((0, 0));
-        let mut last = None;
-        for port in lo..=hi {
-            match listen_on(SocketAddr::new(ip, port)) {
-                Ok(listener) => {
-                    let addr = listener
-                        .local_addr()
-                        .map_err(|e| Error::invalid("RINGLEADER_IFNAME", format!("listener on {ip}: {e}")))?;
-                    return Ok(DataListener { listener, addr });
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
-                Err(e) => {
-                    return Err(Error::invalid(
-                        "RINGLEADER_IFNAME",
-                        format!("cannot listen on {}: {e}", SocketAddr::new(ip, port)),
-                    ))
-                }
-            }
-        }
-        let range = format!("{lo}-{hi}");
-        Err(Error::PortInUse {
-            addr: join_host_port(&ip.to_string(), lo)
-                + &format!(
-                    " (every port of RINGLEADER_PORT_RANGE {range}: {})",
-                    last.map(|e| e.to_string()).unwrap_or_default()
-                ),
-            holder: None,
-        })
-    }
-
-    /// The address peers dial.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-/// Sizes the socket buffers. Set before `listen`/`connect` so that window
-/// scaling is negotiated for them.
-fn set_buffers(s: &Socket) {
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
-}
-
-fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    // Buffers must be sized before listen() for accepted sockets to inherit
-    // them with window scaling.
-    set_buffers(&s);
-    s.bind(&addr.into())?;
-    s.listen(1024)?;
-    Ok(s.into())
-}
-
-/// The local IP to listen on: by interface name, else the source address the
-/// kernel picks toward the store.
-fn choose_ip(opts: &ListenOptions) -> Result<IpAddr> {
-    if let Some(name) = &opts.ifname {
-        return ip_of_interface(name);
-    }
-    let target = opts.store_endpoint.to_socket_addrs().ok().and_then(|mut a| a.find(|a| a.is_ipv4()));
-    if let Some(target) = target {
-        if target.ip().is_loopback() {
-            return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        }
-        // connect() on UDP sends nothing; it only asks the routing table.
-        if let Ok(u) = UdpSocket::bind("0.0.0.0:0") {
-            if u.connect(target).is_ok() {
-                if let Ok(local) = u.local_addr() {
-                    return Ok(local.ip());
-                }
-            }
-        }
-    }
-    Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
-}
-
-/// The IPv4 address of the interface named `name`, or of the first whose
-/// name starts with it (as NCCL_SOCKET_IFNAME does).
-///
-/// ```
-/// let ip = ringleader_transport::tcp::ip_of_interface("lo").unwrap();
-/// assert!(ip.is_loopback());
-/// ```
-pub fn ip_of_interface(name: &str) -> Result<IpAddr> {
-    let ifs = if_addrs::get_if_addrs()
-        .map_err(|e| Error::invalid("RINGLEADER_IFNAME", format!("cannot list interfaces: {e}")))?;
-    let pick = |exact: bool| {
-        ifs.iter()
-            .filter(|i| i.ip().is_ipv4())
-            .find(|i| if exact { i.name == name } else { i.name.starts_with(name) })
-            .map(|i| i.ip())
-    };
-    pick(true).or_else(|| pick(false)).ok_or_else(|| {
-        let mut names: Vec<_> =
-            ifs.iter().filter(|i| i.ip().is_ipv4()).map(|i| format!("{} ({})", i.name, i.ip())).collect();
-        names.dedup();
-        Error::invalid(
-            "RINGLEADER_IFNAME",
-            format!("no IPv4 interface named {name:?} or starting with it; this host has {}", names.join(", ")),
-        )
-    })
-}
+pub(super) const MAX_STRANGERS_NOTED: usize = 4;
 
 /// Who we are and whom we trust, for building the mesh.
 #[derive(Debug, Clone)]
@@ -334,10 +38,10 @@ pub struct MeshOptions {
 #[derive(Debug)]
 pub struct Mesh {
     /// Indexed by peer rank, then stream.
-    pub links: Vec<Vec<Link>>,
+    pub links: Vec<Vec<AnyLink>>,
 }
 
-enum Pending {
+pub(super) enum Pending {
     /// Outbound: connect in progress, then the acceptor's challenge in
     /// (`got`), then the hello out (made once the challenge is complete),
     /// then the reply in.
@@ -374,27 +78,27 @@ impl Mesh {
     }
 }
 
-struct MeshBuilder<'a> {
-    listener: DataListener,
-    opts: &'a MeshOptions,
-    pending: Vec<Pending>,
-    links: Vec<Vec<Option<Link>>>,
-    start: Instant,
+pub(super) struct MeshBuilder<'a> {
+    pub(super) listener: DataListener,
+    pub(super) opts: &'a MeshOptions,
+    pub(super) pending: Vec<Pending>,
+    pub(super) links: Vec<Vec<Option<AnyLink>>>,
+    pub(super) start: Instant,
     /// Refused connects to retry: (peer, stream, address, when).
-    refused: Vec<(Rank, u16, SocketAddr, Instant)>,
+    pub(super) refused: Vec<(Rank, u16, SocketAddr, Instant)>,
     /// Pairs given up on before the timeout (outbound errors other than a
     /// refusal, inbound links that broke while being set up).
-    failures: Vec<Unreachable>,
+    pub(super) failures: Vec<Unreachable>,
     /// Lower peers whose outbound connection failed for good.
-    failed_out: Vec<bool>,
+    pub(super) failed_out: Vec<bool>,
     /// Connections refused for another run id or a wrong token: dropped
     /// (a stranger must not end the job's start), and named if the mesh
     /// then times out.
-    strangers: Vec<String>,
+    pub(super) strangers: Vec<String>,
 }
 
 impl<'a> MeshBuilder<'a> {
-    fn new(listener: DataListener, addrs: &[String], opts: &'a MeshOptions) -> Result<MeshBuilder<'a>> {
+    pub(super) fn new(listener: DataListener, addrs: &[String], opts: &'a MeshOptions) -> Result<MeshBuilder<'a>> {
         listener.listener.set_nonblocking(true).map_err(|e| Error::invalid("data listener", e.to_string()))?;
         let mut b = MeshBuilder {
             listener,
@@ -424,7 +128,7 @@ impl<'a> MeshBuilder<'a> {
 
     /// Gives up on the pair `src` -> `dst` (one entry per pair, whatever
     /// the number of streams).
-    fn fail(&mut self, src: Rank, dst: Rank, addr: String, detail: String) {
+    pub(super) fn fail(&mut self, src: Rank, dst: Rank, addr: String, detail: String) {
         if src == self.opts.rank {
             self.failed_out[dst] = true;
         }
@@ -433,7 +137,7 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) {
+    pub(super) fn start_connect(&mut self, peer: Rank, stream: u16, addr: SocketAddr) {
         let o = self.opts;
         let sock = match Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP)) {
             Ok(s) => s,
@@ -461,7 +165,7 @@ impl<'a> MeshBuilder<'a> {
     }
 
     /// Every outbound pair is made or given up on, and every inbound one made.
-    fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         let me = self.opts.rank;
         self.links
             .iter()
@@ -469,7 +173,7 @@ impl<'a> MeshBuilder<'a> {
             .all(|(p, s)| p == me || (p < me && self.failed_out[p]) || s.iter().all(|l| l.is_some()))
     }
 
-    fn run(mut self, abort: &AbortSignal) -> Result<Mesh> {
+    pub(super) fn run(mut self, abort: &AbortSignal) -> Result<Mesh> {
         let deadline = self.start + self.opts.timeout;
         while !self.done() {
             abort.check()?;
@@ -504,7 +208,7 @@ impl<'a> MeshBuilder<'a> {
         Ok(Mesh { links })
     }
 
-    fn wait(&self, abort: &AbortSignal, until: Instant) -> Result<()> {
+    pub(super) fn wait(&self, abort: &AbortSignal, until: Instant) -> Result<()> {
         let mut fds: Vec<PollFd<'_>> = vec![
             PollFd::from_borrowed_fd(abort.fd(), PollFlags::IN),
             PollFd::from_borrowed_fd(self.listener.listener.as_fd(), PollFlags::IN),
@@ -531,7 +235,7 @@ impl<'a> MeshBuilder<'a> {
         Ok(())
     }
 
-    fn accept_all(&mut self) -> Result<()> {
+    pub(super) fn accept_all(&mut self) -> Result<()> {
         loop {
             match self.listener.listener.accept() {
                 Ok((sock, _)) => {
@@ -550,7 +254,7 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn retry_refused(&mut self) -> Result<()> {
+    pub(super) fn retry_refused(&mut self) -> Result<()> {
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refused).into_iter().partition(|r| r.3 <= now);
         self.refused = later;
@@ -563,7 +267,7 @@ impl<'a> MeshBuilder<'a> {
     }
 
     /// Moves one pending connection forward; returns it if still pending.
-    fn advance(&mut self, p: Pending, progressed: &mut bool) -> Result<Option<Pending>> {
+    pub(super) fn advance(&mut self, p: Pending, progressed: &mut bool) -> Result<Option<Pending>> {
         match p {
             Pending::Out { peer, stream, sock, addr, mut got, mut hello, mut sent, mut connected } => {
                 let o = self.opts;
@@ -707,13 +411,20 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn finish_out(&mut self, peer: Rank, stream: u16, sock: Socket, addr: SocketAddr, reply: Reply) -> Result<()> {
+    pub(super) fn finish_out(
+        &mut self,
+        peer: Rank,
+        stream: u16,
+        sock: Socket,
+        addr: SocketAddr,
+        reply: Reply,
+    ) -> Result<()> {
         let o = self.opts;
         let addr_s = addr.to_string();
         match reply {
             Reply::Ok => {
                 match TcpLink::new(sock.into(), peer) {
-                    Ok(link) => self.links[peer][stream as usize] = Some(Link::Tcp(link)),
+                    Ok(link) => self.links[peer][stream as usize] = Some(Box::new(link)),
                     Err(e) => self.fail(o.rank, peer, addr_s, e.to_string()),
                 }
                 Ok(())
@@ -739,7 +450,7 @@ impl<'a> MeshBuilder<'a> {
         }
     }
 
-    fn judge_in(&mut self, sock: TcpStream, challenge: Challenge, buf: Vec<u8>) -> Result<Option<Pending>> {
+    pub(super) fn judge_in(&mut self, sock: TcpStream, challenge: Challenge, buf: Vec<u8>) -> Result<Option<Pending>> {
         let o = self.opts;
         let hello = match Hello::decode(&buf) {
             Ok(None) => return Ok(Some(Pending::In { sock, challenge, sent: Challenge::LEN, buf })),
@@ -753,7 +464,7 @@ impl<'a> MeshBuilder<'a> {
         match reply {
             Reply::Ok if src > o.rank && stream < o.streams && self.links[src][stream].is_none() => {
                 match TcpLink::new(sock, src) {
-                    Ok(link) => self.links[src][stream] = Some(Link::Tcp(link)),
+                    Ok(link) => self.links[src][stream] = Some(Box::new(link)),
                     Err(e) => self.fail(src, o.rank, self.listener.addr.to_string(), e.to_string()),
                 }
                 Ok(None)
@@ -780,7 +491,7 @@ impl<'a> MeshBuilder<'a> {
 
     /// Every pair still missing at the timeout, with what this rank saw of
     /// it, added to the pairs already given up on.
-    fn timeout_error(&self) -> Error {
+    pub(super) fn timeout_error(&self) -> Error {
         let o = self.opts;
         let waited = o.timeout.as_secs_f64();
         let mut late = Vec::new();
@@ -809,7 +520,7 @@ impl<'a> MeshBuilder<'a> {
     }
 
     /// One error for the pairs given up on and `more`, one entry per pair.
-    fn unreachable_error(&self, more: Vec<Unreachable>) -> Error {
+    pub(super) fn unreachable_error(&self, more: Vec<Unreachable>) -> Error {
         let mut pairs: Vec<Unreachable> = Vec::new();
         for u in self.failures.iter().cloned().chain(more) {
             let missing_link = |p: Rank| self.links[p].iter().any(|l| l.is_none());
@@ -824,117 +535,13 @@ impl<'a> MeshBuilder<'a> {
     }
 }
 
-fn libc_einprogress() -> i32 {
+pub(super) fn libc_einprogress() -> i32 {
     rustix::io::Errno::INPROGRESS.raw_os_error()
 }
 
-fn resolve(addr: &str) -> std::result::Result<SocketAddr, String> {
+pub(super) fn resolve(addr: &str) -> std::result::Result<SocketAddr, String> {
     addr.to_socket_addrs()
         .map_err(|e| format!("cannot resolve: {e}"))?
         .next()
         .ok_or_else(|| "resolves to no address".to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn closed_port() -> String {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    }
-
-    #[test]
-    fn every_failing_pair_is_named_in_one_error() {
-        // Rank 2 of 3: ranks 0 and 1 never listen, so both of its pairs fail,
-        // and it keeps trying both until the timeout.
-        let listener =
-            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
-        let addrs = [closed_port(), closed_port(), listener.addr().to_string()];
-        let opts = MeshOptions {
-            rank: 2,
-            world: 3,
-            streams: 2,
-            run_id: "r".into(),
-            token: None,
-            timeout: Duration::from_millis(300),
-        };
-        let abort = AbortSignal::new().unwrap();
-        let start = Instant::now();
-        let e = Mesh::establish(listener, &addrs, &opts, &abort).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(2));
-        let Error::DataPortsUnreachable { pairs, .. } = &e else { panic!("{e}") };
-        assert_eq!(pairs.iter().map(|p| (p.src, p.dst)).collect::<Vec<_>>(), [(2, 0), (2, 1)], "one entry per pair");
-        assert_eq!(pairs[1].addr, addrs[1]);
-        assert!(pairs[0].detail.contains("refused"), "{e}");
-        assert_eq!(e.ranks(), [0, 1, 2]);
-    }
-
-    /// Connects to `addr` as a stranger would: reads the challenge, sends
-    /// `hello_for(nonce)`, returns the reply byte (None if none came).
-    fn knock(addr: &str, hello_for: impl Fn(&[u8; crate::hello::NONCE_LEN]) -> Vec<u8>) -> Option<u8> {
-        use std::io::{Read, Write};
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut c = [0u8; Challenge::LEN];
-        s.read_exact(&mut c).ok()?;
-        let nonce = Challenge::decode(&c).unwrap().unwrap().nonce;
-        s.write_all(&hello_for(&nonce)).ok()?;
-        let mut r = [0u8; 1];
-        s.read_exact(&mut r).ok().map(|_| r[0])
-    }
-
-    #[test]
-    fn strangers_and_replays_are_refused_without_ending_the_start() {
-        // Rank 0 of 2 accepts; before the real rank 1 connects, a process of
-        // another run, one without the token, and a replay of a hello made
-        // for another connection's nonce all knock and are refused.
-        let listener =
-            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
-        let addr = listener.addr().to_string();
-        let opts = MeshOptions {
-            rank: 0,
-            world: 2,
-            streams: 1,
-            run_id: "job".into(),
-            token: Some("secret".into()),
-            timeout: Duration::from_secs(20),
-        };
-        let addrs = [addr.clone(), closed_port()];
-        let acceptor = std::thread::spawn(move || {
-            let opts = opts;
-            Mesh::establish(listener, &addrs, &opts, &AbortSignal::new().unwrap())
-        });
-        let foreign = knock(&addr, |n| Hello::new("other-job", 1, 0, 0, 2, Some("secret"), n).encode());
-        assert_eq!(foreign, Some(Reply::ForeignRun.code()));
-        let no_token = knock(&addr, |n| Hello::new("job", 1, 0, 0, 2, None, n).encode());
-        assert_eq!(no_token, Some(Reply::AuthFailed.code()));
-        let recorded = Hello::new("job", 1, 0, 0, 2, Some("secret"), &[9u8; crate::hello::NONCE_LEN]).encode();
-        let replay = knock(&addr, |_| recorded.clone());
-        assert_eq!(replay, Some(Reply::AuthFailed.code()), "a hello made for another nonce");
-        // The real rank 1 still gets in, and rank 0's mesh completes.
-        let real = knock(&addr, |n| Hello::new("job", 1, 0, 0, 2, Some("secret"), n).encode());
-        assert_eq!(real, Some(Reply::Ok.code()));
-        let mesh = acceptor.join().unwrap().expect("the mesh completes despite the strangers");
-        assert_eq!(mesh.links[1].len(), 1);
-    }
-
-    #[test]
-    fn an_acceptor_names_the_ranks_that_never_connected() {
-        let listener =
-            DataListener::bind(&ListenOptions { store_endpoint: "127.0.0.1:1".into(), ..Default::default() }).unwrap();
-        let me = listener.addr().to_string();
-        let opts = MeshOptions {
-            rank: 0,
-            world: 2,
-            streams: 1,
-            run_id: "r".into(),
-            token: None,
-            timeout: Duration::from_millis(200),
-        };
-        let e =
-            Mesh::establish(listener, &[me.clone(), closed_port()], &opts, &AbortSignal::new().unwrap()).unwrap_err();
-        let s = e.to_string();
-        assert!(s.contains(&format!("rank 1 cannot reach rank 0 at {me} (seen from rank 0: no connection")), "{s}");
-    }
 }

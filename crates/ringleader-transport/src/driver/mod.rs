@@ -1,0 +1,236 @@
+//! The transfer driver: runs one collective's [`Plan`] over the links.
+//!
+//! An algorithm does not touch sockets. It describes its transfers as a plan,
+//! "send this byte range to rank r", "receive the next frame from rank s into
+//! this range (or reduce it into this range)", with dependencies between them
+//! ("send chunk k of step 2 once chunk k of step 1 has been received"), and
+//! the driver runs every transfer it can, on every link at once, from one
+//! thread with nonblocking IO. Sends and receives overlap (full duplex), a
+//! reduction of one chunk overlaps the arrival of the next, and a link that
+//! would block costs a wait that also watches the abort signal.
+//!
+//! Frames on one link arrive in order, so the n-th receive planned from a
+//! peer matches the n-th send that peer planned toward us; the frame tag
+//! records that position and the header check catches any disagreement.
+//!
+//! Where each part lives (files under `src/driver/`):
+//! - `mod.rs`: the scheduler (which channel moves next, when a plan is
+//!   done, what a failed plan leaves behind);
+//! - `chan.rs`: each channel's run state, reset in one assignment per plan;
+//! - `send.rs` and `recv.rs`: moving one frame at a time, and choosing how
+//!   each payload travels;
+//! - `strategy.rs`: where a received payload lands (copied, streamed,
+//!   reduced);
+//! - `frame_io.rs`: frames on a link, header checks, and the errors they
+//!   turn into;
+//! - `single_copy.rs` and `splice.rs`: the two zero-copy protocols;
+//! - `wait.rs` ([`wait`]): how a rank waits when nothing can move.
+
+mod chan;
+mod frame_io;
+mod recv;
+mod send;
+mod single_copy;
+mod splice;
+mod strategy;
+pub mod wait;
+
+#[cfg(test)]
+mod tests;
+
+pub use frame_io::{check_header, lost, read_some, write_frame};
+pub use wait::Idle;
+
+use crate::link::{AnyLink, Wake};
+use crate::plan::{Buf, Chan, OpInfo, Plan};
+use crate::shm::Waiter;
+use chan::ChanRun;
+use ringleader_core::{AbortSignal, Rank, RankSet, Result};
+use send::SendPolicy;
+use std::time::Instant;
+
+/// The links a driver runs over: `links[peer][stream]`.
+pub type Links = [Vec<AnyLink>];
+
+/// What bounds and watches a run: the abort signal that ends it, the
+/// deadline past which it times out, and where it publishes the peers it
+/// waits for.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch<'a> {
+    /// Ends the run at once when raised.
+    pub abort: &'a AbortSignal,
+    /// The run times out past this instant.
+    pub deadline: Option<Instant>,
+    /// While blocked, the ranks the run waits for are published here.
+    pub awaited: &'a RankSet,
+}
+
+/// Runs plans. Holds per-link scratch that is reused between collectives,
+/// so the steady state allocates nothing.
+#[derive(Debug, Default)]
+pub struct Driver {
+    chans: Vec<ChanRun>,
+    /// The channels the current plan uses.
+    active: Vec<usize>,
+    send_done: Vec<bool>,
+    recv_done: Vec<bool>,
+    /// Receives a send of this rank waits for (`after`): what they bring is
+    /// read again soon, so it is copied into the cache, never around it.
+    forwarded: Vec<bool>,
+    /// How the current plan's sends travel.
+    policy: SendPolicy,
+    /// This rank's shared-memory doorbell, when it has local peers.
+    waiter: Option<Waiter>,
+    /// What to do before sleeping when no link can move.
+    idle: Idle,
+    /// The peers last published as awaited (what `awaited` holds from us).
+    published: smallvec::SmallVec<[Rank; 8]>,
+}
+
+impl Driver {
+    /// A driver with no scratch yet.
+    pub fn new() -> Driver {
+        Driver::default()
+    }
+
+    /// What the driver does before it sleeps when no link can move: poll
+    /// the links for a while ([`Idle`]). Sockets are polled too: on a host
+    /// where each rank has a core, the next frame often arrives within
+    /// microseconds, and a sleep costs a wake-up that a virtual machine
+    /// makes expensive.
+    ///
+    /// ```
+    /// use ringleader_transport::{Driver, Idle};
+    /// use std::time::Duration;
+    /// let mut d = Driver::new();
+    /// d.set_idle(Idle::Spin(Duration::from_micros(50)));
+    /// ```
+    pub fn set_idle(&mut self, idle: Idle) {
+        self.idle = idle;
+    }
+
+    /// Sends socket frames of `min` bytes and more from the sender's pages,
+    /// where the source is safe to lend (see [`crate::frame`]): the
+    /// receiver's kernel then makes the only copy (`None`: always copy them
+    /// into the socket).
+    ///
+    /// ```
+    /// use ringleader_core::config::DEFAULT_TCP_SPLICE;
+    /// use ringleader_transport::Driver;
+    /// let mut d = Driver::new();
+    /// d.set_splice_min(Some(DEFAULT_TCP_SPLICE));
+    /// ```
+    pub fn set_splice_min(&mut self, min: Option<usize>) {
+        self.policy.splice_min = min;
+    }
+
+    /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
+    /// sleep on `waiter` (this rank's doorbell).
+    pub fn set_shm(&mut self, waiter: Waiter, idle: Idle) {
+        self.waiter = Some(waiter);
+        self.idle = idle;
+    }
+
+    /// Runs `plan`, whose frames belong to `op`, to completion, or until an
+    /// error, the abort signal, or the deadline (see [`Watch`]).
+    pub fn run(
+        &mut self,
+        links: &mut Links,
+        bufs: &mut [Buf<'_>],
+        plan: &Plan,
+        op: &OpInfo,
+        watch: &Watch<'_>,
+    ) -> Result<()> {
+        ringleader_core::fault::check(ringleader_core::fault::Point::Driver, op.seq);
+        let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        self.prepare(links.len() * streams, streams, plan);
+        let result = self.drive(links, bufs, plan, op, watch, streams);
+        for &ci in &self.active {
+            let c = &mut self.chans[ci];
+            c.st.active = false;
+            // We may fail while the peer still copies from our buffers.
+            single_copy::abandon(c, &*links[ci / streams][ci % streams]);
+        }
+        // On failure the awaited peers stay published: they are evidence.
+        if result.is_ok() {
+            watch.awaited.replace(&self.published, &[]);
+            self.published.clear();
+        }
+        result
+    }
+
+    fn prepare(&mut self, nchans: usize, streams: usize, plan: &Plan) {
+        if self.chans.len() < nchans {
+            self.chans.resize_with(nchans, ChanRun::default);
+        }
+        self.active.clear();
+        self.send_done.clear();
+        self.send_done.resize(plan.sends.len(), false);
+        self.recv_done.clear();
+        self.recv_done.resize(plan.recvs.len(), false);
+        self.policy.prepare(plan);
+        self.forwarded.clear();
+        self.forwarded.resize(plan.recvs.len(), false);
+        for s in &plan.sends {
+            if let Some(r) = s.after {
+                self.forwarded[r as usize] = true;
+            }
+        }
+        let flat = |c: Chan| c.peer * streams + c.stream as usize;
+        for (i, s) in plan.sends.iter().enumerate() {
+            self.activate(flat(s.chan)).sends.push(i as u32);
+        }
+        for (i, r) in plan.recvs.iter().enumerate() {
+            self.activate(flat(r.chan)).recvs.push(i as u32);
+        }
+    }
+
+    /// Channel `idx`, begun for this plan on first use.
+    fn activate(&mut self, idx: usize) -> &mut ChanRun {
+        let c = &mut self.chans[idx];
+        if !c.st.active {
+            c.begin();
+            self.active.push(idx);
+        }
+        &mut self.chans[idx]
+    }
+
+    /// Moves every channel as far as it goes, round after round, and waits
+    /// when none can move, until the plan is done.
+    fn drive(
+        &mut self,
+        links: &mut Links,
+        bufs: &mut [Buf<'_>],
+        plan: &Plan,
+        op: &OpInfo,
+        watch: &Watch<'_>,
+        streams: usize,
+    ) -> Result<()> {
+        let mut idle_since: Option<Instant> = None;
+        let shm_only = self.active.iter().all(|&ci| matches!(links[ci / streams][ci % streams].wake(), Wake::Doorbell));
+        loop {
+            let mut progressed = false;
+            let mut finished = true;
+            for ai in 0..self.active.len() {
+                let ci = self.active[ai];
+                let link = &mut *links[ci / streams][ci % streams];
+                progressed |= self.pump_sends(ci, link, bufs, plan, op)?;
+                progressed |= self.pump_recvs(ci, link, bufs, plan, op)?;
+                finished &= self.chans[ci].finished();
+            }
+            if finished {
+                return Ok(());
+            }
+            if progressed {
+                idle_since = None;
+                continue;
+            }
+            watch.abort.check()?;
+            if self.idle(&mut idle_since, shm_only) {
+                continue;
+            }
+            self.wait(links, plan, watch, op, streams)?;
+            idle_since = None;
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The driver over real links: shared-memory pairs and loopback TCP pairs
+//! in one process, exercising single copy, splicing and their failure paths.
+
+use super::*;
+use crate::link::AnyLink;
+use crate::plan::{RecvMode, Region};
+use crate::shm::{test_pair, ShmLink, Waiter};
+use ringleader_core::{DType, Error, Fingerprint, OpKind};
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+
+fn op() -> OpInfo {
+    OpInfo { seq: 1, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::U8, 3), checks: true }
+}
+
+/// One rank of a shared-memory pair: its driver, links and buffers.
+struct Side {
+    driver: Driver,
+    links: Vec<Vec<AnyLink>>,
+    abort: AbortSignal,
+}
+
+fn side(me: Rank, link: ShmLink, waiter: Waiter) -> Side {
+    let mut driver = Driver::new();
+    let abort = AbortSignal::new().unwrap();
+    waiter.wake_on(&abort);
+    driver.set_shm(waiter, Idle::Spin(Duration::from_micros(20)));
+    let mut links: Vec<Vec<AnyLink>> = vec![Vec::new(), Vec::new()];
+    links[1 - me] = vec![Box::new(link)];
+    Side { driver, links, abort }
+}
+
+impl Side {
+    fn run(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration) -> Result<()> {
+        let deadline = Some(Instant::now() + within);
+        let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0) };
+        self.driver.run(&mut self.links, bufs, plan, &op(), &watch)
+    }
+
+    fn acked(&self) -> u64 {
+        let link = self.links.iter().flatten().next().expect("one link");
+        link.single_copy().expect("shared memory").acked()
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Both ranks send `len` bytes of buffer 0 and receive the peer's into
+/// buffer 1, copied or reduced (u8 sum into the pattern already there).
+fn exchange(mode: RecvMode, len: usize) -> Plan {
+    let chan = Chan { peer: 0, stream: 0 };
+    let mut plan = Plan::default();
+    plan.send(chan, Region::new(0, 0, len), None);
+    plan.recv(chan, Region::new(1, 0, len), mode, None, None);
+    plan
+}
+
+fn for_peer(mut plan: Plan, peer: Rank) -> Plan {
+    plan.sends.iter_mut().for_each(|s| s.chan.peer = peer);
+    plan.recvs.iter_mut().for_each(|r| r.chan.peer = peer);
+    plan
+}
+
+/// One rank's half of [`exchange`]: sends `pattern(seed_in)`, receives
+/// into `pattern(seed_out)`; returns what it ends with and its acks.
+fn exchange_side(
+    me: Rank,
+    link: ShmLink,
+    waiter: Waiter,
+    mode: RecvMode,
+    len: usize,
+    seeds: (u8, u8),
+) -> (Vec<u8>, u64) {
+    let mut s = side(me, link, waiter);
+    let input = pattern(seeds.0, len);
+    let mut out = pattern(seeds.1, len);
+    let plan = for_peer(exchange(mode, len), 1 - me);
+    s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &plan, Duration::from_secs(20)).unwrap();
+    (out, s.acked())
+}
+
+#[test]
+fn large_frames_between_busy_ranks_go_single_copy_copied_and_reduced() {
+    for (run, mode) in [("t-drv-copy", RecvMode::Copy), ("t-drv-red", RecvMode::Reduce { with: None })] {
+        let (a, b, wa, wb) = test_pair(run);
+        let len = 3 * MIB + 8;
+        let t = std::thread::spawn(move || exchange_side(1, b, wb, mode, len, (1, 7)));
+        let (out, acked) = exchange_side(0, a, wa, mode, len, (2, 9));
+        let (out_b, acked_b) = t.join().unwrap();
+        let want = |from: &[u8], had: &[u8]| -> Vec<u8> {
+            match mode {
+                RecvMode::Copy => from.to_vec(),
+                RecvMode::Reduce { .. } => from.iter().zip(had).map(|(x, y)| x.wrapping_add(*y)).collect(),
+            }
+        };
+        assert!(out == want(&pattern(1, len), &pattern(9, len)), "rank 0 got wrong bytes ({mode:?})");
+        assert!(out_b == want(&pattern(2, len), &pattern(7, len)), "rank 1 got wrong bytes ({mode:?})");
+        // Each side's one frame went single-copy and was acknowledged.
+        assert_eq!((acked, acked_b), (1, 1), "{mode:?}");
+    }
+}
+
+/// One rank of a TCP pair that splices frames from 64 KiB on.
+fn tcp_side(me: Rank, link: crate::tcp::TcpLink) -> Side {
+    let mut driver = Driver::new();
+    driver.set_splice_min(Some(64 << 10));
+    let mut links: Vec<Vec<AnyLink>> = vec![Vec::new(), Vec::new()];
+    links[1 - me] = vec![Box::new(link)];
+    Side { driver, links, abort: AbortSignal::new().unwrap() }
+}
+
+#[test]
+fn a_spliced_send_returns_only_once_the_receiver_has_the_bytes() {
+    // The receiver starts late, so the whole frame waits in the
+    // sockets, still in the sender's pages. The sender then reuses its
+    // buffer as a caller would: the receiver must still get the bytes
+    // of the call, which only the wait for its acknowledgement ensures.
+    let (a, b) = crate::tcp::test_pair();
+    let len = 3 * MIB + 8;
+    let t = std::thread::spawn(move || {
+        let mut s = tcp_side(1, b);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut out = vec![0u8; len];
+        let mut plan = Plan::default();
+        plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
+        s.run(&mut [Buf::Rw(&mut out)], &plan, Duration::from_secs(10)).unwrap();
+        out
+    });
+    let mut s = tcp_side(0, a);
+    let mut data = pattern(3, len);
+    let mut plan = Plan::default();
+    plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, len), None);
+    s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(10)).unwrap();
+    data.iter_mut().for_each(|x| *x = 0xff);
+    assert!(t.join().unwrap() == pattern(3, len), "the receiver saw the buffer change");
+}
+
+#[test]
+fn spliced_frames_both_ways_interleave_their_acknowledgements() {
+    // Four 1 MiB frames each way, copied and reduced: every frame is
+    // spliced, and each side's acknowledgements come between the
+    // other's data frames.
+    for mode in [RecvMode::Copy, RecvMode::Reduce { with: None }] {
+        let (a, b) = crate::tcp::test_pair();
+        let plan = move |peer| {
+            let chan = Chan { peer, stream: 0 };
+            let mut plan = Plan::default();
+            for k in 0..4 {
+                plan.send(chan, Region::new(0, k * MIB, MIB), None);
+                plan.recv(chan, Region::new(1, k * MIB, MIB), mode, None, None);
+            }
+            plan
+        };
+        let side_run = move |me: Rank, link, seeds: (u8, u8)| {
+            let mut s = tcp_side(me, link);
+            let input = pattern(seeds.0, 4 * MIB);
+            let mut out = pattern(seeds.1, 4 * MIB);
+            for _ in 0..3 {
+                out = pattern(seeds.1, 4 * MIB);
+                s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &plan(1 - me), Duration::from_secs(20)).unwrap();
+            }
+            out
+        };
+        let t = std::thread::spawn(move || side_run(1, b, (1, 7)));
+        let out = side_run(0, a, (2, 9));
+        let out_b = t.join().unwrap();
+        let want = |from: Vec<u8>, had: Vec<u8>| -> Vec<u8> {
+            match mode {
+                RecvMode::Copy => from,
+                RecvMode::Reduce { .. } => from.iter().zip(&had).map(|(x, y)| x.wrapping_add(*y)).collect(),
+            }
+        };
+        assert!(out == want(pattern(1, 4 * MIB), pattern(9, 4 * MIB)), "rank 0 got wrong bytes ({mode:?})");
+        assert!(out_b == want(pattern(2, 4 * MIB), pattern(7, 4 * MIB)), "rank 1 got wrong bytes ({mode:?})");
+    }
+}
+
+#[test]
+fn a_send_a_receive_waits_for_and_a_sender_that_only_sends_use_the_ring() {
+    // Recursive doubling's swap: each rank reduces into the buffer it
+    // sends, so its receive waits for its own send. Single copy would
+    // wait for the peer's receive: both would wait forever.
+    let (a, b, wa, wb) = test_pair("t-drv-gate");
+    let len = MIB;
+    let swap = move |peer| {
+        let chan = Chan { peer, stream: 0 };
+        let mut plan = Plan::default();
+        let sent = plan.send(chan, Region::new(0, 0, len), None);
+        plan.recv(chan, Region::new(0, 0, len), RecvMode::Reduce { with: None }, None, Some(sent));
+        plan
+    };
+    let t = std::thread::spawn(move || {
+        let mut s = side(1, b, wb);
+        let mut buf = vec![1u8; len];
+        s.run(&mut [Buf::Rw(&mut buf)], &swap(0), Duration::from_secs(10)).unwrap();
+        // A rank that only receives...
+        let mut got = vec![0u8; 2 * MIB];
+        let mut plan = Plan::default();
+        plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, 2 * MIB), RecvMode::Copy, None, None);
+        s.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
+        (buf, got)
+    });
+    let mut s = side(0, a, wa);
+    let mut buf = vec![2u8; len];
+    s.run(&mut [Buf::Rw(&mut buf)], &swap(1), Duration::from_secs(10)).unwrap();
+    // ...from one that only sends (a broadcast's root): through the ring.
+    let data = pattern(5, 2 * MIB);
+    let mut plan = Plan::default();
+    plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, 2 * MIB), None);
+    s.run(&mut [Buf::Ro(&data)], &plan, Duration::from_secs(10)).unwrap();
+    let (buf_b, got) = t.join().unwrap();
+    assert!(buf.iter().chain(&buf_b).all(|&x| x == 3));
+    assert!(got == data);
+    assert_eq!(s.acked(), 0, "nothing went single-copy");
+}
+
+#[test]
+fn a_sender_that_fails_abandons_its_single_copy_frames() {
+    let (a, b, wa, wb) = test_pair("t-drv-abandon");
+    let len = MIB;
+    let mut s = side(0, a, wa);
+    let input = pattern(3, len);
+    let mut out = vec![0u8; len];
+    // Rank 1 is not there yet: rank 0 posts its frame and times out.
+    let e = s
+        .run(
+            &mut [Buf::Ro(&input), Buf::Rw(&mut out)],
+            &for_peer(exchange(RecvMode::Copy, len), 1),
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    // Rank 1 then finds the descriptor, but must not trust what it reads.
+    let mut r = side(1, b, wb);
+    let mut got = vec![0u8; len];
+    let mut plan = Plan::default();
+    plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
+    let e = r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("gave up on the transfer"), "{e}");
+}

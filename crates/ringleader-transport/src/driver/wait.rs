@@ -1,0 +1,254 @@
+//! How a rank waits when no link can move: the waiting policy, and every
+//! spin, yield and tick constant of the data plane.
+//!
+//! A wake-up from a sleep costs tens of microseconds (more in a virtual
+//! machine), and with more ranks than cores each hop of a collective can pay
+//! it. So a rank first polls its links for a while ([`Idle`]: spinning when
+//! each rank has a core, yielding the core between polls when they are
+//! short), and only then sleeps: on its shared-memory doorbell (a futex its
+//! peers ring) when every pending link is in shared memory, else in
+//! `poll(2)` on the pending links' descriptors. The abort signal's
+//! descriptor is always among them (and rings the doorbell), so an abort
+//! ends any wait at once.
+//!
+//! Everything about waiting is in this file: the policy ([`Idle`]), its
+//! constants, which links a blocked plan waits for, and the sleep itself.
+
+use super::{Driver, Links, Watch};
+use crate::link::Link;
+use crate::plan::{OpInfo, Plan};
+use crate::shm::Waiter;
+use ringleader_core::{Error, Rank, Result};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fd::BorrowedFd;
+use smallvec::SmallVec;
+use std::time::{Duration, Instant};
+
+/// How long a rank polls before it sleeps when every rank on its host has
+/// a core of its own ([`Idle::Spin`]).
+pub const SPIN: Duration = Duration::from_micros(50);
+/// How long a rank polls, yielding its core between polls, before it
+/// sleeps when the ranks on its host outnumber the cores ([`Idle::Yield`]).
+/// Measured with 4 and 8 ranks on 2 cores: an 8-byte all_reduce went from
+/// 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us (8 ranks) against
+/// sleeping at once; 1-16 MiB did not get slower.
+pub const YIELD: Duration = Duration::from_micros(20);
+/// How long an idle wait on shared memory alone spins before it yields
+/// between polls (see `Idle::keep_polling`).
+const SPIN_ALONE: Duration = Duration::from_micros(2);
+/// Longest single sleep of a collective; the abort descriptor wakes it
+/// sooner, and the deadline is checked after it.
+const MAX_POLL: Duration = Duration::from_secs(1);
+/// Longest sleep while shared-memory and descriptor links are both
+/// pending: the poll on descriptors must not hide a ring that filled
+/// meanwhile (the send/recv lane's waits too).
+pub const MIXED_POLL: Duration = Duration::from_millis(1);
+/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`),
+/// which also checks its operations' timeouts this often.
+pub const LANE_TICK: Duration = Duration::from_millis(200);
+
+/// How a rank that waits for its links passes the time before it sleeps on
+/// its doorbell or in `poll(2)` (a wake-up costs tens of microseconds, and
+/// with more ranks than cores each hop of a collective can pay it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Poll for this long: for ranks that each have a core of their own.
+    /// Over shared memory only the first microseconds spin; then the
+    /// polls yield in between, in case the peer is waiting for our core.
+    Spin(Duration),
+    /// Poll for this long, yielding the core between polls: with more
+    /// ranks than cores, the rank we wait for is likely the one waiting
+    /// for our core, and yielding hands it over without a sleep.
+    Yield(Duration),
+}
+
+impl Default for Idle {
+    fn default() -> Idle {
+        Idle::Spin(Duration::ZERO)
+    }
+}
+
+impl Idle {
+    /// The policy for a rank with `local` ranks on its host (itself
+    /// included): spinning ([`SPIN`]) when each has a core of its own, else
+    /// yielding ([`YIELD`]).
+    ///
+    /// ```
+    /// use ringleader_transport::Idle;
+    /// assert!(matches!(Idle::for_local_ranks(1), Idle::Spin(_)));
+    /// assert!(matches!(Idle::for_local_ranks(100_000), Idle::Yield(_)));
+    /// ```
+    pub fn for_local_ranks(local: usize) -> Idle {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if local <= cores {
+            Idle::Spin(SPIN)
+        } else {
+            Idle::Yield(YIELD)
+        }
+    }
+
+    /// Polls once more (spinning or yielding) instead of sleeping, when a
+    /// wait has lasted `idle` so far; `false`: time to sleep.
+    /// `shared_memory_only`: every pending link is in shared memory.
+    fn keep_polling(self, idle: Duration, shared_memory_only: bool) -> bool {
+        match self {
+            // Over shared memory a peer answers within a few microseconds
+            // if it runs at all. Past that, it may be waiting for our core:
+            // the scheduler now and then puts two ranks on one core for a
+            // while, and spinning there made each step of an 8 B all_reduce
+            // cost the whole spin (30-60 µs, against 5-7 µs yielding). With
+            // a core each, the yield returns at once. (TCP answers take
+            // longer than this, and the yields slowed them by 5-8%.)
+            Idle::Spin(d) if shared_memory_only && idle >= SPIN_ALONE && idle < d => {
+                std::thread::yield_now();
+                true
+            }
+            Idle::Spin(d) if idle < d => {
+                std::hint::spin_loop();
+                true
+            }
+            Idle::Yield(d) if idle < d => {
+                std::thread::yield_now();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What a waiting rank sleeps on: the descriptors to poll (the first
+/// `base` always: the abort signal, the lane's submissions) and whether
+/// some pending link rings the doorbell instead.
+pub(crate) struct Sleeper<'a> {
+    // On the stack for up to 16 descriptors: waiting allocates nothing.
+    fds: SmallVec<[PollFd<'a>; 16]>,
+    base: usize,
+    doorbell: bool,
+}
+
+impl<'a> Sleeper<'a> {
+    /// A sleeper that always wakes on these descriptors becoming readable.
+    pub(crate) fn new(always: &[BorrowedFd<'a>]) -> Sleeper<'a> {
+        let fds = always.iter().map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)).collect();
+        Sleeper { fds, base: always.len(), doorbell: false }
+    }
+
+    /// Also wakes when `link` can move in the directions `want`.
+    pub(crate) fn link(&mut self, link: &'a dyn Link, want: PollFlags) {
+        match link.wake().poll_fd(want) {
+            Some(fd) => self.fds.push(fd),
+            None => self.doorbell = true,
+        }
+    }
+
+    /// Sleeps at most `left` (at most [`MIXED_POLL`] while descriptors and
+    /// doorbell links are both pending): on the doorbell when only doorbell
+    /// links are pending (`ready` is checked after registering as a
+    /// sleeper, so no ring is lost), else in `poll(2)`.
+    pub(crate) fn sleep(mut self, mut left: Duration, waiter: Option<&Waiter>, ready: impl Fn() -> bool) -> Result<()> {
+        if self.doorbell {
+            if self.fds.len() > self.base {
+                left = left.min(MIXED_POLL);
+            } else if let Some(w) = waiter {
+                w.wait(left, ready);
+                return Ok(());
+            }
+        }
+        let ts = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
+        match poll(&mut self.fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(Error::aborted(format!("poll failed: {e}"))),
+        }
+    }
+}
+
+impl Driver {
+    /// Polls once more instead of sleeping, per the [`Idle`] policy, after
+    /// an idle stretch that began at `since` (set on the first idle pass).
+    pub(super) fn idle(&self, since: &mut Option<Instant>, shared_memory_only: bool) -> bool {
+        let idle = since.get_or_insert_with(Instant::now).elapsed();
+        self.idle.keep_polling(idle, shared_memory_only)
+    }
+
+    /// Sleeps until some pending link may move, publishing the peers the
+    /// plan now waits for; a timeout once the deadline has passed.
+    pub(super) fn wait(
+        &mut self,
+        links: &Links,
+        plan: &Plan,
+        watch: &Watch<'_>,
+        op: &OpInfo,
+        streams: usize,
+    ) -> Result<()> {
+        let mut sleeper = Sleeper::new(&[watch.abort.fd()]);
+        let mut waiting_for: SmallVec<[Rank; 8]> = SmallVec::new();
+        for &ci in &self.active {
+            let c = &self.chans[ci];
+            let mut flags = PollFlags::empty();
+            if !c.acks.is_empty() {
+                // Waiting for the peer to copy a single-copy frame.
+                flags |= PollFlags::OUT;
+                waiting_for.push(ci / streams);
+            }
+            if let Some(&si) = c.sends.get(c.st.send_pos) {
+                if plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) {
+                    flags |= PollFlags::OUT;
+                }
+            }
+            if !c.owed.is_empty() {
+                flags |= PollFlags::OUT;
+            }
+            if c.st.unacked > 0 && c.st.recv_pos == c.recvs.len() {
+                // Waiting for the peer to say it has our spliced frames.
+                flags |= PollFlags::IN;
+                waiting_for.push(ci / streams);
+            }
+            if let Some(&ri) = c.recvs.get(c.st.recv_pos) {
+                let item = &plan.recvs[ri as usize];
+                if item.after.is_none_or(|r| self.recv_done[r as usize])
+                    && item.after_send.is_none_or(|s| self.send_done[s as usize])
+                {
+                    flags |= PollFlags::IN;
+                    waiting_for.push(ci / streams);
+                }
+            }
+            if !flags.is_empty() {
+                sleeper.link(&*links[ci / streams][ci % streams], flags);
+            }
+        }
+        waiting_for.sort_unstable();
+        waiting_for.dedup();
+        if waiting_for != self.published {
+            watch.awaited.replace(&self.published, &waiting_for);
+            self.published = waiting_for;
+        }
+        let now = Instant::now();
+        let mut left = MAX_POLL;
+        if let Some(d) = watch.deadline {
+            if now >= d {
+                return Err(Error::Timeout {
+                    op: op.fingerprint.op,
+                    seq: op.seq,
+                    waited: Duration::ZERO,
+                    awaited: self.published.to_vec(),
+                });
+            }
+            left = left.min(d - now);
+        }
+        sleeper.sleep(left, self.waiter.as_ref(), || self.doorbell_ready(links, plan, streams))
+    }
+
+    /// Whether some pending shared-memory link could move now (checked
+    /// again after registering as a sleeper, so no wake-up is lost).
+    fn doorbell_ready(&self, links: &Links, plan: &Plan, streams: usize) -> bool {
+        self.active.iter().any(|&ci| {
+            let c = &self.chans[ci];
+            let link = &*links[ci / streams][ci % streams];
+            let send = c.sends.get(c.st.send_pos).is_some_and(|&si| {
+                plan.sends[si as usize].after.is_none_or(|r| self.recv_done[r as usize]) && link.ready(true)
+            });
+            let recv = c.recvs.get(c.st.recv_pos).is_some_and(|_| link.ready(false));
+            send || recv || super::single_copy::acked(c, link)
+        })
+    }
+}

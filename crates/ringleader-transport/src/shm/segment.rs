@@ -1,0 +1,154 @@
+//! The segment layout shared between processes (doorbell, ring headers,
+//! rings) and a mapping of it.
+
+use super::RING_BYTES;
+use ringleader_core::Rank;
+use rustix::fd::OwnedFd;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::thread::futex;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// Spacing of what different sides write (one cache line), so that the
+/// writer's position and the reader's never share a line. The layout is
+/// shared between processes, so it is fixed here rather than taken from
+/// `crossbeam_utils::CachePadded`, whose alignment depends on the target
+/// (two lines on x86_64 and aarch64) and on the crate's version, and whose
+/// layout is not `repr(C)`. Two-line spacing measured no faster
+/// (docs/perf/deps-2026-12-01.md).
+pub(super) const LINE: usize = 64;
+/// Doorbell line, then two lines per ring header.
+pub(super) const HEADER_BYTES: usize = LINE;
+pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
+pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3031; // "RLSHM001"
+
+/// The futex word and sleeper count a rank waits on, and what its peers
+/// need to read its memory directly (its pid, and where a nonce lies).
+#[repr(C)]
+pub(super) struct Doorbell {
+    pub(super) magic: AtomicU64,
+    pub(super) epoch: AtomicU32,
+    pub(super) sleepers: AtomicU32,
+    pub(super) pid: AtomicU32,
+    pub(super) _reserved: AtomicU32,
+    pub(super) probe_addr: AtomicU64,
+    pub(super) probe_nonce: AtomicU64,
+}
+
+/// Positions of one ring: total bytes written and read, on separate cache
+/// lines. The writer owns the first line, the reader the second.
+#[repr(C)]
+pub(super) struct RingHeader {
+    pub(super) head: AtomicU64,
+    /// Single-copy frames the writer gave up on (it failed while the reader
+    /// might still read them): a reader that finds its frame among them
+    /// fails instead of trusting bytes that may have changed.
+    pub(super) abandoned: AtomicU64,
+    pub(super) _pad: [u8; LINE - 16],
+    pub(super) tail: AtomicU64,
+    /// Single-copy frames the reader has copied (the writer's sends
+    /// complete when this passes them).
+    pub(super) remote_done: AtomicU64,
+    /// Non-zero when the reader can read the writer's memory.
+    pub(super) remote_ok: AtomicU64,
+}
+
+// The segment layout is shared between processes: fixed by these
+// constants and `repr(C)`, not by the target or a dependency's choice.
+const _: () = {
+    assert!(std::mem::size_of::<Doorbell>() <= HEADER_BYTES);
+    assert!(std::mem::offset_of!(RingHeader, tail) == LINE);
+    assert!(std::mem::size_of::<RingHeader>() <= RING_HEADER_BYTES);
+    assert!(std::mem::align_of::<RingHeader>() <= LINE);
+};
+
+/// A mapped segment.
+pub(super) struct Mapping {
+    pub(super) ptr: NonNull<u8>,
+    pub(super) len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with other processes; all
+// access to it goes through atomics (positions, doorbell) or through byte
+// ranges that the ring protocol hands to exactly one side at a time.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from a successful mmap and are unmapped once.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+impl Mapping {
+    pub(super) fn map(fd: &OwnedFd, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of a file we hold open; nothing else
+        // in this process aliases it.
+        let ptr = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
+        };
+        Ok(Mapping { ptr: NonNull::new(ptr.cast()).ok_or(std::io::ErrorKind::InvalidData)?, len })
+    }
+
+    pub(super) fn doorbell(&self) -> &Doorbell {
+        // SAFETY: the segment starts with a Doorbell (alignment: mmap is
+        // page aligned), whose fields are atomics valid for any bit pattern.
+        unsafe { &*self.ptr.as_ptr().cast::<Doorbell>() }
+    }
+
+    pub(super) fn ring_header(&self, i: usize) -> &RingHeader {
+        let off = HEADER_BYTES + i * RING_HEADER_BYTES;
+        assert!(off + RING_HEADER_BYTES <= self.len);
+        // SAFETY: in bounds (checked), 64-byte aligned, atomics only.
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<RingHeader>() }
+    }
+
+    pub(super) fn ring_data(&self, rings: usize, i: usize) -> *mut u8 {
+        let off = HEADER_BYTES + rings * RING_HEADER_BYTES + i * RING_BYTES;
+        assert!(off + RING_BYTES <= self.len);
+        // SAFETY: in bounds (checked).
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+}
+
+pub(super) fn segment_len(rings: usize) -> usize {
+    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES)
+}
+
+/// The name of a rank's segment: the run, the rank and the owner's pid (so
+/// leftovers of dead processes can be recognized).
+pub fn segment_name(run_id: &str, rank: Rank, pid: u32) -> String {
+    let run: String =
+        run_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect();
+    format!("/rl-{run}-{rank}-{pid}")
+}
+
+/// Removes segment files of processes that no longer exist (crashed before
+/// the handshake that unlinks them).
+pub(super) fn remove_stale_segments() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("rl-").and_then(|n| n.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = rustix::shm::unlink(format!("/{name}").as_str());
+        }
+    }
+}
+
+/// Wakes the owner of `bell` if it sleeps.
+#[inline]
+pub(super) fn ring_bell(bell: &Doorbell) {
+    // Pairs with the fence in `Domain::wait`: either the sleeper sees our
+    // write, or we see it registered as a sleeper.
+    fence(Ordering::SeqCst);
+    if bell.sleepers.load(Ordering::Relaxed) > 0 {
+        bell.epoch.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+    }
+}

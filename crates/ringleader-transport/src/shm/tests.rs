@@ -1,0 +1,166 @@
+//! Segments, rings and single copy between two domains in one process.
+
+use super::domain::*;
+use super::room::*;
+use super::segment::*;
+use super::*;
+use ringleader_core::Error;
+use rustix::fs::Mode;
+use rustix::shm::OFlags;
+use std::io::IoSlice;
+use std::sync::atomic::Ordering;
+
+#[test]
+fn sizes_read_as_people_write_them() {
+    assert_eq!(human(512), "512 B");
+    assert_eq!(human(64 << 20), "64.0 MiB");
+    assert_eq!(human(3 << 29), "1.5 GiB");
+    assert_eq!(run_prefix("job 7"), "rl-job_7-");
+}
+
+#[test]
+fn a_peer_that_could_not_allocate_is_an_error_at_once() {
+    let run = format!("note-{}", std::process::id());
+    let abort = AbortSignal::new().unwrap();
+    let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
+    // Rank 1's segment as its owner leaves it when allocating failed.
+    let name = segment_name(&run, 1, std::process::id());
+    let fd = rustix::shm::open(name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, Mode::RUSR | Mode::WUSR)
+        .unwrap();
+    leave_note(&fd, "rank 1: no room");
+    let t = std::time::Instant::now();
+    let deadline = t + Duration::from_secs(10);
+    let e = a.open_peer(1, &name, deadline, &abort).unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+    assert!(e.contains("rank 1 could not set up: rank 1: no room"), "{e}");
+    let _ = rustix::shm::unlink(name.as_str());
+    a.unlink();
+}
+
+pub(crate) use super::test_pair as pair;
+
+#[test]
+fn bytes_flow_both_ways_across_the_wrap() {
+    let (mut a, mut b, _, _) = pair("t-wrap");
+    let msg: Vec<u8> = (0..RING_BYTES + 12345).map(|i| (i * 7) as u8).collect();
+    let mut got = Vec::new();
+    let mut sent = 0;
+    let mut buf = vec![0u8; 70_001];
+    while got.len() < msg.len() {
+        sent += a.try_write(&[IoSlice::new(&msg[sent..])]).unwrap();
+        let n = b.try_read(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, msg);
+    assert_eq!(b.try_write(&[IoSlice::new(b"back"), IoSlice::new(b" again")]).unwrap(), 10);
+    let mut back = [0u8; 10];
+    assert_eq!(a.try_read(&mut back).unwrap(), 10);
+    assert_eq!(&back, b"back again");
+    assert!(!std::path::Path::new("/dev/shm/rl-t-wrap-0").exists());
+}
+
+#[test]
+fn streaming_reads_deliver_the_same_bytes_across_the_wrap() {
+    let (mut a, mut b, _, _) = pair("t-stream");
+    let msg: Vec<u8> = (0..2 * RING_BYTES + 777).map(|i| (i * 11 + 3) as u8).collect();
+    let mut got = vec![0u8; msg.len() + 1];
+    let (mut sent, mut recvd) = (0, 1); // an odd destination offset
+    while recvd < got.len() {
+        sent += a.try_write(&[IoSlice::new(&msg[sent..])]).unwrap();
+        let end = (recvd + 100_003).min(got.len());
+        recvd += b.try_read_streaming(&mut got[recvd..end]).unwrap();
+    }
+    assert_eq!(&got[1..], &msg[..]);
+}
+
+#[test]
+fn a_full_ring_takes_no_more_and_in_place_reads_consume() {
+    let (mut a, mut b, _, _) = pair("t-full");
+    let big = vec![1u8; RING_BYTES + 10];
+    assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), RING_BYTES);
+    assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), 0);
+    assert!(!a.ready(true) && b.ready(false));
+    let mut sum = 0u64;
+    let used = b.read_in_place(100, &mut |d| {
+        sum = d.iter().map(|x| *x as u64).sum();
+        d.len()
+    });
+    assert_eq!((used.unwrap(), sum), (100, 100));
+    assert_eq!(a.try_write(&[IoSlice::new(&big)]).unwrap(), 100);
+}
+
+#[test]
+fn a_sleeping_reader_wakes_on_a_write_and_on_abort() {
+    let (mut a, b, _, wb) = pair("t-wake");
+    let t = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        wb.wait(Duration::from_secs(5), || b.ready(false));
+        start.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    a.try_write(&[IoSlice::new(b"x")]).unwrap();
+    assert!(t.join().unwrap() < Duration::from_secs(2));
+
+    let (_, b, _, wb) = pair("t-abort");
+    let abort = AbortSignal::new().unwrap();
+    wb.wake_on(&abort);
+    let t = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        wb.wait(Duration::from_secs(5), || b.ready(false));
+        start.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    abort.abort(Error::aborted("stop"));
+    assert!(t.join().unwrap() < Duration::from_secs(2));
+}
+
+#[test]
+fn single_copy_frames_are_read_from_the_writers_memory_and_acknowledged() {
+    let (mut a, mut b, _, _) = pair("t-remote");
+    // The probe at set-up read the other domain's nonce (same process here).
+    assert_eq!(a.single_copy_min(), Some(64));
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 13) as u8).collect();
+    let ticket = a.remote_sent();
+    assert_eq!(a.remote_acked(), 0);
+    let mut got = vec![0u8; 1000];
+    assert_eq!(b.read_remote(payload.as_ptr() as u64, &mut got).unwrap(), 1000);
+    assert_eq!(got, payload);
+    b.finish_remote().unwrap();
+    assert_eq!(a.remote_acked(), ticket);
+    // A frame the writer abandoned fails the reader, even if it read.
+    a.remote_sent();
+    a.abandon_remote();
+    b.read_remote(payload.as_ptr() as u64, &mut got).unwrap();
+    assert_eq!(b.finish_remote().unwrap_err().kind(), std::io::ErrorKind::ConnectionAborted);
+    // A bad address is an error, not a crash.
+    assert!(b.read_remote(8, &mut got).is_err());
+}
+
+#[test]
+fn single_copy_is_refused_unless_the_reader_proved_it_can() {
+    // Rank 1 turned single copy off: it never tells rank 0 it may.
+    let (a, b, _, _) = super::test_pair_with("t-nocma", [Some(64), None]);
+    assert_eq!(a.single_copy_min(), None, "rank 1 did not allow it");
+    assert_eq!(b.single_copy_min(), None, "rank 1 does not use it");
+    let mut got = [0u8; 8];
+    assert_eq!(b.read_remote(got.as_ptr() as u64, &mut got).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+}
+
+#[test]
+fn corrupt_positions_are_errors_not_wild_reads() {
+    let (mut a, mut b, _, _) = pair("t-bad");
+    b.domain.own.ring_header(b.rx).head.store(u64::MAX / 2, Ordering::Release);
+    assert_eq!(b.try_read(&mut [0u8; 8]).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    a.peer_map().ring_header(a.tx).tail.store(7, Ordering::Release);
+    assert!(a.try_write(&[IoSlice::new(b"x")]).is_err());
+}
+
+#[test]
+fn stale_segments_of_dead_processes_are_removed() {
+    let name = "/rl-t-stale-0-999999999";
+    let fd = rustix::shm::open(name, OFlags::CREATE | OFlags::RDWR, Mode::RUSR | Mode::WUSR).unwrap();
+    drop(fd);
+    assert!(std::path::Path::new("/dev/shm/rl-t-stale-0-999999999").exists());
+    remove_stale_segments();
+    assert!(!std::path::Path::new("/dev/shm/rl-t-stale-0-999999999").exists());
+}

@@ -1,0 +1,58 @@
+//! Sleeping on this rank's doorbell until a peer rings it.
+
+use super::domain::Domain;
+use ringleader_core::AbortSignal;
+use rustix::thread::futex;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Waits on this rank's doorbell.
+#[derive(Clone)]
+pub struct Waiter {
+    pub(super) domain: Arc<Domain>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter").field("rank", &self.domain.rank).finish()
+    }
+}
+
+impl Waiter {
+    /// Sleeps until a peer rings the doorbell, `ready()` turns true, or
+    /// `timeout` passes. `ready` is checked after registering as a sleeper,
+    /// so a ring between the caller's last check and the sleep is not lost.
+    pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) {
+        let bell = self.domain.own.doorbell();
+        let epoch = bell.epoch.load(Ordering::Acquire);
+        bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            let ts = rustix::thread::futex::Timespec {
+                tv_sec: timeout.as_secs() as i64,
+                tv_nsec: timeout.subsec_nanos() as i64,
+            };
+            let _ = futex::wait(&bell.epoch, futex::Flags::empty(), epoch, Some(&ts));
+        }
+        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Rings this rank's own doorbell: wakes its sleeping waits (another
+    /// thread of this rank has new work for them).
+    pub fn ring(&self) {
+        let bell = self.domain.own.doorbell();
+        bell.epoch.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+    }
+
+    /// Makes `abort` ring this rank's doorbell, so a sleeping wait wakes.
+    pub fn wake_on(&self, abort: &AbortSignal) {
+        let d = self.domain.clone();
+        abort.on_abort(move || {
+            let bell = d.own.doorbell();
+            bell.epoch.fetch_add(1, Ordering::Release);
+            let _ = futex::wake(&bell.epoch, futex::Flags::empty(), i32::MAX as u32);
+        });
+    }
+}
