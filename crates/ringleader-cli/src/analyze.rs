@@ -58,7 +58,7 @@ pub(crate) struct AnalyzeArgs {
     pub(crate) run_id: Option<String>,
 
     /// Also write the ranks' flight records as a timeline to FILE: a trace
-    /// (JSON, Trace Event Format) that https://ui.perfetto.dev and
+    /// (JSON, Trace Event Format) that <https://ui.perfetto.dev> and
     /// chrome://tracing open; one process per rank, one track per
     /// communicator, the failing operation marked.
     #[arg(long, value_name = "FILE")]

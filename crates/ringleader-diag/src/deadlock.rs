@@ -10,7 +10,7 @@
 //! none can move) or at a rank that waits for nobody (outside any operation,
 //! in a collective, or dead): the end of the chain is the rank to look at.
 //!
-//! Pure: the verdict engine ([`crate::verdict`]) fills in what each rank is
+//! Pure: the verdict engine ([`crate::verdict()`]) fills in what each rank is
 //! doing and words the result.
 
 use ringleader_core::{OpKind, Rank};
