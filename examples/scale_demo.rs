@@ -10,17 +10,28 @@
 //! SIGKILL (`kill`; the others must fail with `peer-died` within 2 s) or
 //! skips the second all_reduce while staying alive (`skip`; the others must
 //! fail with `missed-collective` at the timeout). Rank 0 prints the time to
-//! the first completed all_reduce; every other rank prints one line with the
-//! error's kind and when it came (Unix microseconds), so that
-//! `scripts/scale_demo.sh` can compute the spread. The victim prints when it
-//! died or how long it stayed away.
+//! the first completed all_reduce. With `SCALE_DEMO_TIMES=DIR`, every rank
+//! writes one line to `DIR/rank-N` (the error's kind and when it came, in
+//! Unix microseconds; the victim: when it died or how long it stayed away),
+//! so that `scripts/scale_demo.sh` can compute the spread without the
+//! example adding a line per rank to the job's log, which that script
+//! measures.
 
 use ringleader::{Communicator, ReduceOp};
-use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn unix_us() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros())
+}
+
+/// Records this rank's line in `$SCALE_DEMO_TIMES/rank-N`, when set.
+fn record(rank: usize, line: &str) {
+    if let Some(dir) = std::env::var_os("SCALE_DEMO_TIMES") {
+        let path = std::path::Path::new(&dir).join(format!("rank-{rank}"));
+        if let Err(e) = std::fs::write(&path, format!("{line}\n")) {
+            eprintln!("scale_demo: cannot write {}: {e}", path.display());
+        }
+    }
 }
 
 fn main() {
@@ -42,8 +53,7 @@ fn main() {
             "kill" => {
                 // Wait for the others to enter the second all_reduce.
                 std::thread::sleep(Duration::from_secs(2));
-                println!("scale_demo: victim rank {rank} killed at {}", unix_us());
-                let _ = std::io::stdout().flush();
+                record(rank, &format!("victim killed at {}", unix_us()));
                 let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 std::thread::sleep(Duration::from_secs(60));
             }
@@ -54,17 +64,17 @@ fn main() {
                 let timeout = std::env::var("RINGLEADER_TIMEOUT").ok().and_then(|t| t.parse::<f64>().ok());
                 let away = Duration::from_secs_f64(timeout.unwrap_or(300.0) + 30.0);
                 std::thread::sleep(away);
-                println!("scale_demo: victim rank {rank} stayed away {:.1} s", away.as_secs_f64());
+                record(rank, &format!("victim stayed away {:.1} s", away.as_secs_f64()));
                 std::process::exit(0);
             }
         }
     }
     let entered = unix_us();
     match comm.all_reduce(&mut t, ReduceOp::Sum) {
-        Ok(()) => println!("scale_demo: rank {rank} completed the second all_reduce"),
+        Ok(()) => record(rank, "completed the second all_reduce"),
         Err(e) => {
             let kind = e.kind();
-            println!("scale_demo: rank {rank} failed {kind} at {} (entered {entered})", unix_us());
+            record(rank, &format!("failed {kind} at {} (entered {entered})", unix_us()));
             std::process::exit(1);
         }
     }

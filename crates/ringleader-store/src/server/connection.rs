@@ -69,6 +69,10 @@ const WRITE_BATCH: usize = 1 << 20;
 #[derive(Debug)]
 enum End {
     PeerClosed,
+    /// The peer's end reset the connection: a process that exited (or was
+    /// killed) with data still unread. What it means for the job, the state
+    /// machine says (a member that vanished is warned about there).
+    PeerReset,
     Rejected,
     Shutdown,
     Failed(String),
@@ -169,6 +173,7 @@ impl Connection<'_> {
                             return end;
                         }
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return End::PeerReset,
                     Err(e) => return End::Failed(format!("read failed: {e}")),
                 },
             }

@@ -583,8 +583,13 @@ impl Cx<'_> {
             return;
         }
         match liveness {
-            Liveness::Vanished => {
+            // Once the job has aborted, ranks going away is its teardown, not
+            // news: a line each would make a big job's log grow with its size.
+            Liveness::Vanished if self.run.abort.is_none() => {
                 tracing::warn!(rank, host = %entry.host, pid = entry.pid, "rank vanished without leaving")
+            }
+            Liveness::Vanished => {
+                tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank vanished after the job aborted")
             }
             _ => tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank left"),
         }
