@@ -4,7 +4,7 @@
 # with the machine's load before it. Usage:
 #   scripts/store_load.sh [sizes...]          (default: 1024 4096 16384)
 # Set MODES to a list of "liveness:verdict:poll-ms" (default: main's pattern
-# and the pushed changes with one verdict) and RENDEZVOUS=main|counter.
+# and the pushed changes with one verdict) and RENDEZVOUS=main|poll|counter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p ringleader-store --example store_load

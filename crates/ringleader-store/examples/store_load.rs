@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p ringleader-store --example store_load -- --ranks 4096 [--liveness poll|changes]
-//!     [--verdict each|once] [--rendezvous main|counter] [--poll-ms 100] [--steady 10]
+//!     [--verdict each|once] [--rendezvous main|poll|counter] [--poll-ms 100] [--steady 10]
 //!     [--snapshot-bytes 4096] [--frozen 1]
 //! ```
 //!
@@ -18,10 +18,13 @@
 //! their stdout and take its orders (freeze, kill, stop) on their stdin.
 //!
 //! 1. **Rendezvous** as `src/rendezvous.rs` does it (`main`): register,
-//!    wait for every registration (re-reading them all while waiting), read
-//!    them all; or (`counter`) register, count in, wait for the last one's
-//!    go, which costs the store O(N) and lets the later phases be measured
-//!    at sizes where main's rendezvous does not complete.
+//!    claim the world size, count in, wait for the last one's go (looking
+//!    for a conflict note between slices), then read every registration in
+//!    chunks (the data plane's full mesh needs every address); or as it did
+//!    before 2026-12-02 (`poll`): wait for every registration, re-reading
+//!    them all while waiting; or (`counter`) the count and the go alone,
+//!    which lets the later phases be measured at sizes where reading every
+//!    registration on every rank (O(N²) bytes) takes too long.
 //! 2. **Steady state**: the monitor's traffic (a heartbeat and a look at
 //!    the dump-request key twice a second; status long-polls of `--poll-ms`
 //!    in `poll` mode, as main's monitor does, or change long-polls
@@ -82,8 +85,12 @@ enum VerdictMode {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RendezvousMode {
-    /// What src/rendezvous.rs does: every rank reads every registration.
+    /// What src/rendezvous.rs does: count in, wait for the go, read every
+    /// registration once.
     Main,
+    /// What src/rendezvous.rs did before: every rank re-reads every
+    /// registration while it waits.
+    Poll,
     /// A counter and a go key.
     Counter,
 }
@@ -128,8 +135,9 @@ fn parse_from(args: Vec<String>) -> Opts {
             "--rendezvous" => {
                 o.rendezvous = match v {
                     "main" => RendezvousMode::Main,
+                    "poll" => RendezvousMode::Poll,
                     "counter" => RendezvousMode::Counter,
-                    _ => panic!("--rendezvous main|counter"),
+                    _ => panic!("--rendezvous main|poll|counter"),
                 }
             }
             "--liveness" => {
@@ -669,7 +677,8 @@ fn rank(sh: &Shared, r: usize) {
         }
     };
     let joined = match sh.opts.rendezvous {
-        RendezvousMode::Main => rendezvous(&mut store, r, n),
+        RendezvousMode::Main => rendezvous_main(&mut store, r, n),
+        RendezvousMode::Poll => rendezvous_poll(&mut store, r, n),
         RendezvousMode::Counter => rendezvous_counter(&mut store, r, n),
     };
     if let Err(e) = joined {
@@ -709,9 +718,35 @@ fn rank(sh: &Shared, r: usize) {
     }
 }
 
-/// What `src/rendezvous.rs` does with the store: register, wait for every
+/// What `src/rendezvous.rs` does with the store: register, claim the world
+/// size, count in, wait for the go in slices (looking for the conflict
+/// notes between them), read every registration in chunks of 256.
+fn rendezvous_main(store: &mut StoreClient, r: usize, n: usize) -> Result<(), Error> {
+    store.set(&keys::rank(r), &vec![b'r'; REGISTRATION_BYTES])?;
+    store.compare_set(keys::WORLD_SIZE, None, n.to_string().as_bytes())?;
+    if store.add(keys::REGISTERED, 1)? >= n as i64 {
+        store.set(keys::ALL_REGISTERED, b"1")?;
+    }
+    loop {
+        match store.wait(&[keys::ALL_REGISTERED], Duration::from_secs(1)) {
+            Ok(()) => break,
+            Err(Error::StoreTimeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        store.check(&[keys::WORLD_CONFLICT])?;
+        store.keys_with_prefix(keys::CONFLICT_PREFIX)?;
+    }
+    let names: Vec<String> = (0..n).map(keys::rank).collect();
+    for chunk in names.chunks(256) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        store.multi_get(&refs, Duration::from_secs(600))?;
+    }
+    Ok(())
+}
+
+/// What `src/rendezvous.rs` did before: register, wait for every
 /// registration (reading them all between slices of the wait), read them all.
-fn rendezvous(store: &mut StoreClient, r: usize, n: usize) -> Result<(), Error> {
+fn rendezvous_poll(store: &mut StoreClient, r: usize, n: usize) -> Result<(), Error> {
     let mine = vec![b'r'; REGISTRATION_BYTES];
     store.set(&keys::rank(r), &mine)?;
     let names: Vec<String> = (0..n).map(keys::rank).collect();
