@@ -29,6 +29,8 @@ pub(crate) use agreement::STALE_MS;
 /// it only the dump of the rank that decided the verdict has it (from the
 /// status it read to decide).
 const DUMP_STATUS_MAX_WORLD: usize = 1024;
+/// The largest peer dump read back (a dump holds a bounded flight recorder).
+const DUMP_READ_MAX: u64 = 64 << 20;
 
 /// The job-wide abort record: who failed first, and what it saw.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,14 +85,11 @@ impl Shared {
             ));
         }
         if let Some(r) = self.whole_verdict_printer(&diagnosis) {
-            // One rank per host prints the whole verdict; the others show one
-            // line (what failed, who is to blame, where the rest is), so a
-            // job's log does not grow with its size.
-            let dumps = dumped
-                .as_ref()
-                .and_then(|p| p.parent())
-                .map_or(String::new(), |d| format!(", and `ringleader analyze {}`", d.display()));
-            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}")));
+            // One rank per host prints the whole verdict (with where the
+            // dumps are); the others show one short line (what failed, who
+            // is to blame, where the rest is), so a job's log grows by as
+            // little as it can per rank.
+            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output")));
         }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
@@ -169,6 +168,7 @@ impl Shared {
     fn decide_alone(&self, observation: &Observation, ended: &[Rank]) -> Diagnosis {
         let mut peers: Vec<PeerView> = ended
             .iter()
+            .filter(|&&r| !self.ended_with_a_verdict(r))
             .map(|&r| PeerView {
                 rank: r,
                 liveness: Liveness::Vanished,
@@ -198,6 +198,25 @@ impl Shared {
             stale_after_ms: STALE_MS,
             group: self.cfg.group.clone(),
         })
+    }
+
+    /// Whether peer `r` (a rank of this communicator on this host) ended
+    /// after reaching a verdict of its own: its dump in this run's folder,
+    /// written by its process before it ended, holds one. Such a peer ended
+    /// because the job failed (it printed why and exited), so a rank that
+    /// cannot reach the store does not blame it. Read only on that path.
+    fn ended_with_a_verdict(&self, r: Rank) -> bool {
+        let (Some(peer), Some(me)) = (self.peers.get(r), self.peers.get(self.rank)) else {
+            return false;
+        };
+        if !peer.same_host(me) {
+            return false;
+        }
+        let path = self.cfg.run_dump_dir().join(dump_name_of(&self.cfg, self.cfg.global(r)));
+        let Ok(text) = crate::dumps::read_bounded(&path, DUMP_READ_MAX) else {
+            return false;
+        };
+        Snapshot::from_json(&text).is_ok_and(|s| s.pid == peer.pid && s.verdict.is_some())
     }
 
     /// Writes this rank's dump to the dump directory; returns its path.
@@ -284,15 +303,20 @@ fn pause_until(until: Instant) {
 /// rank, with the group's name for a sub-group (a process holds one
 /// communicator per group, and their dumps must not overwrite each other).
 pub(crate) fn dump_name(cfg: &Config) -> String {
+    dump_name_of(cfg, cfg.global_rank())
+}
+
+/// The dump file name of global rank `global` in `cfg`'s communicator.
+fn dump_name_of(cfg: &Config, global: Rank) -> String {
     match cfg.group.as_ref() {
-        None => format!("ringleader-rank{}.json", cfg.global_rank()),
+        None => format!("ringleader-rank{global}.json"),
         Some(g) => {
             let name: String = g
                 .name
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
                 .collect();
-            format!("ringleader-rank{}-group{name}.json", cfg.global_rank())
+            format!("ringleader-rank{global}-group{name}.json")
         }
     }
 }
