@@ -164,11 +164,32 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
         drop(member);
         return Err(taken);
     }
-    let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
+    match register_and_connect(cfg, &store_addr, &mut member, links, deadline, abort) {
+        Ok((aux, peers, mesh)) => Ok(Joined { server, member, aux, peers, mesh, store_addr }),
+        Err(e) => {
+            // This rank reports its own failure; leaving says so to the
+            // store, which then does not warn of a rank that vanished.
+            let _ = member.leave();
+            Err(e)
+        }
+    }
+}
+
+/// The rendezvous after the member connection: registers, waits for the
+/// others, validates and builds the mesh.
+fn register_and_connect(
+    cfg: &Config,
+    store_addr: &str,
+    member: &mut StoreClient,
+    links: usize,
+    deadline: Instant,
+    abort: &ringleader_core::AbortSignal,
+) -> Result<(StoreClient, Vec<PeerInfo>, Mesh)> {
+    let mut aux = StoreClient::connect(store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
         port_range: cfg.port_range,
-        store_endpoint: store_addr.clone(),
+        store_endpoint: store_addr.to_string(),
     })?;
     let me = PeerInfo {
         rank: cfg.rank,
@@ -201,7 +222,7 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
     let mesh = preflight(&mut aux, listener, &peers, cfg, links, deadline, abort)?;
     // The member connection is the rank's life line from here on.
     let _ = member.heartbeat(&[]);
-    Ok(Joined { server, member, aux, peers, mesh, store_addr })
+    Ok((aux, peers, mesh))
 }
 
 fn remaining(deadline: Instant) -> Duration {
