@@ -117,6 +117,21 @@ pub(crate) fn write_file(path: &Path, data: &[u8], strict: bool) -> io::Result<(
     write_in(&fd, name, data)
 }
 
+/// Reads the text file at `path`, refusing one over `max` bytes or a
+/// symbolic link (a dump folder is private, but a reader still does not
+/// follow what it did not write).
+pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<String> {
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty())?;
+    let mut text = String::new();
+    std::fs::File::from(fd).take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(io::Error::other(format!("{} is over {max} bytes", path.display())));
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,27 +2,35 @@
 //!
 //! The rank that sees a collective fail (a mismatching frame, a closed
 //! connection, the watchdog's timeout) aborts its communicator, raises the
-//! job-wide abort at the store, and publishes its snapshot. Every other
-//! rank's monitor sees the abort, wakes its own communicator and publishes
-//! its snapshot too. Each failing rank then waits, briefly and bounded, for
-//! the snapshots of the ranks that can still answer (alive, heartbeat fresh),
-//! runs the verdict engine, and offers its verdict to the store; the first
-//! verdict offered is the one every rank reports.
+//! job-wide abort at the store, and publishes its compact snapshot. Every
+//! other rank's monitor sees the abort, wakes its own communicator and
+//! publishes its snapshot too. The rank that raised the abort then reads
+//! the snapshots of the ranks that can still answer, in chunks, runs the
+//! verdict engine once and publishes the verdict; the others wait for it
+//! (see [`crate::agreement`], the sans-IO state machine this file drives
+//! against the store).
 
+use crate::agreement::{self, Action, Agreement};
 use crate::engine::Shared;
 use crate::log;
 use ringleader_core::{Config, Diagnosis, Error, Group, Rank};
-use ringleader_diag::{verdict, Beat, Evidence, Liveness, Observation, PeerView, Snapshot};
-use ringleader_store::{keys, JobStatus, Liveness as StoreLiveness, StoreClient};
+use ringleader_diag::{verdict, Evidence, Liveness, Observation, PeerView, Snapshot};
+use ringleader_store::{keys, JobStatus, StoreClient};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// How long a failing rank waits for the others' snapshots.
-const GATHER: Duration = Duration::from_secs(2);
-/// A heartbeat older than this means the process stopped answering.
-pub(crate) const STALE_MS: u64 = 3000;
+pub(crate) use agreement::STALE_MS;
+
+/// Largest world in which every rank's dump records the whole job status
+/// (each rank reads it, so the store sends it world-size times); beyond
+/// it only the dump of the rank that decided the verdict has it (from the
+/// status it read to decide).
+const DUMP_STATUS_MAX_WORLD: usize = 1024;
+/// The largest peer dump read back (a dump holds a bounded flight recorder).
+const DUMP_READ_MAX: u64 = 64 << 20;
 
 /// The job-wide abort record: who failed first, and what it saw.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -39,6 +47,10 @@ impl Shared {
             self.fr.failed(record, &f.to_string(), Vec::new());
             return f;
         }
+        // The ranks whose processes had ended when this rank failed: a peer
+        // that ends later (it printed its own verdict and exited) is no
+        // culprit of this failure, should this rank have to decide alone.
+        let ended_before = self.ended.lock().clone();
         self.abort.abort(local.clone());
         // What a person reads names global ranks; the observation's fields
         // stay in this communicator's ranks, as every snapshot's do.
@@ -57,14 +69,14 @@ impl Shared {
             *self.failure.lock() = Some(shown.clone());
             return shown;
         }
-        let mut diagnosis = match self.agree(&observation) {
-            Ok(d) => d,
+        let (mut diagnosis, job) = match self.agree(&observation) {
+            Ok(agreed) => agreed,
             Err(e) => {
                 log::warn(&self.cfg, &format!("cannot reach the store to agree on a verdict ({e}); deciding alone"));
-                self.decide_alone(&observation)
+                (self.decide_alone(&observation, &ended_before), None)
             }
         };
-        let dumped = self.write_dump(Some(observation), Some(&diagnosis));
+        let dumped = self.write_dump_with(Some(observation), Some(&diagnosis), job);
         if let Some(dir) = dumped.as_ref().and_then(|p| p.parent()) {
             diagnosis.hints.push(format!(
                 "flight recorder dumps: {} (`ringleader analyze {}`)",
@@ -73,14 +85,11 @@ impl Shared {
             ));
         }
         if let Some(r) = self.whole_verdict_printer(&diagnosis) {
-            // One rank per host prints the whole verdict; the others show one
-            // line (what failed, who is to blame, where the rest is), so a
-            // job's log does not grow with its size.
-            let dumps = dumped
-                .as_ref()
-                .and_then(|p| p.parent())
-                .map_or(String::new(), |d| format!(", and `ringleader analyze {}`", d.display()));
-            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output{dumps}")));
+            // One rank per host prints the whole verdict (with where the
+            // dumps are); the others show one short line (what failed, who
+            // is to blame, where the rest is), so a job's log grows by as
+            // little as it can per rank.
+            diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output")));
         }
         let err = Error::Collective(Box::new(diagnosis));
         *self.failure.lock() = Some(err.clone());
@@ -107,32 +116,59 @@ impl Shared {
         (printer != self.cfg.global_rank()).then_some(printer)
     }
 
-    /// Agrees with the other ranks on a verdict through the store.
-    fn agree(&self, observation: &Observation) -> Result<Diagnosis, Error> {
+    /// Agrees with the other ranks on a verdict through the store: carries
+    /// out the [`Agreement`]'s actions. The decider also answers the job as
+    /// it read it, for its dump.
+    fn agree(&self, observation: &Observation) -> Result<(Diagnosis, Option<Vec<PeerView>>), Error> {
         let mut store = self.store.lock();
         let record = AbortRecord { rank: self.rank, observation: observation.clone() };
-        store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
-        let mine = self.snapshot(Some(observation.clone()));
+        let decides = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
+        let mine = agreement::compact(self.snapshot(Some(observation.clone())));
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
         if let Some(d) = agreed(&mut store)? {
-            return Ok(d);
+            return Ok((d, None));
         }
-        let status = gather(&mut store, self.rank, self.world)?;
-        if let Some(d) = agreed(&mut store)? {
-            return Ok(d);
+        let mut a = Agreement::new(mine, self.world, self.cfg.group.clone(), decides, Instant::now());
+        loop {
+            match a.next(Instant::now()) {
+                Action::ReadStatus { not_before } => {
+                    pause_until(not_before);
+                    let status = ours(store.status(None, Duration::ZERO)?, self.world);
+                    let exits = exits(&mut store, &status)?;
+                    let launcher = store.try_get(keys::LAUNCHER)?.is_some();
+                    a.status(status, exits, launcher, Instant::now());
+                }
+                Action::ReadSnapshots { ranks, wait } => {
+                    let found = read_snapshots(&mut store, &ranks, wait)?;
+                    a.snapshots(found, Instant::now());
+                }
+                Action::Pause { until } => pause_until(until),
+                Action::AwaitVerdict { until } => {
+                    match store.get(keys::VERDICT, until.saturating_duration_since(Instant::now())) {
+                        Ok(v) => {
+                            if let Ok(d) = serde_json::from_slice(&v) {
+                                return Ok((d, None));
+                            }
+                            a.no_verdict(Instant::now());
+                        }
+                        Err(Error::StoreTimeout { .. }) => a.no_verdict(Instant::now()),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Action::Decide(ev) => {
+                    let d = verdict(&ev);
+                    let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
+                    return Ok((serde_json::from_slice(&stored).unwrap_or(d), Some(ev.peers)));
+                }
+            }
         }
-        let ev = evidence(&mut store, &status, self.world, self.cfg.group.clone())?;
-        let d = verdict(&ev);
-        let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
-        Ok(serde_json::from_slice(&stored).unwrap_or(d))
     }
 
     /// A verdict from this rank's own knowledge, when the store is gone.
-    fn decide_alone(&self, observation: &Observation) -> Diagnosis {
-        let mut peers: Vec<PeerView> = self
-            .ended
-            .lock()
+    fn decide_alone(&self, observation: &Observation, ended: &[Rank]) -> Diagnosis {
+        let mut peers: Vec<PeerView> = ended
             .iter()
+            .filter(|&&r| !self.ended_with_a_verdict(r))
             .map(|&r| PeerView {
                 rank: r,
                 liveness: Liveness::Vanished,
@@ -164,18 +200,52 @@ impl Shared {
         })
     }
 
+    /// Whether peer `r` (a rank of this communicator on this host) ended
+    /// after reaching a verdict of its own: its dump in this run's folder,
+    /// written by its process before it ended, holds one. Such a peer ended
+    /// because the job failed (it printed why and exited), so a rank that
+    /// cannot reach the store does not blame it. Read only on that path.
+    fn ended_with_a_verdict(&self, r: Rank) -> bool {
+        let (Some(peer), Some(me)) = (self.peers.get(r), self.peers.get(self.rank)) else {
+            return false;
+        };
+        if !peer.same_host(me) {
+            return false;
+        }
+        let path = self.cfg.run_dump_dir().join(dump_name_of(&self.cfg, self.cfg.global(r)));
+        let Ok(text) = crate::dumps::read_bounded(&path, DUMP_READ_MAX) else {
+            return false;
+        };
+        Snapshot::from_json(&text).is_ok_and(|s| s.pid == peer.pid && s.verdict.is_some())
+    }
+
     /// Writes this rank's dump to the dump directory; returns its path.
     pub(crate) fn write_dump(
         &self,
         observation: Option<Observation>,
         diagnosis: Option<&Diagnosis>,
     ) -> Option<PathBuf> {
+        self.write_dump_with(observation, diagnosis, None)
+    }
+
+    /// [`Shared::write_dump`], with the job as this rank already read it
+    /// (the verdict's decider), else read here in a job small enough.
+    fn write_dump_with(
+        &self,
+        observation: Option<Observation>,
+        diagnosis: Option<&Diagnosis>,
+        job: Option<Vec<PeerView>>,
+    ) -> Option<PathBuf> {
         let mut snap = self.snapshot(observation);
         snap.verdict = diagnosis.cloned();
-        if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
-            if let Ok(status) = store.status(None, Duration::ZERO).map(|s| ours(s, self.world)) {
-                if let Ok(ev) = evidence(&mut store, &status, self.world, None) {
-                    snap.job = ev.peers;
+        if let Some(job) = job {
+            snap.job = job;
+        } else if self.world <= DUMP_STATUS_MAX_WORLD {
+            if let Some(mut store) = self.store.try_lock_for(Duration::from_millis(500)) {
+                if let Ok(status) = store.status(None, Duration::ZERO).map(|s| ours(s, self.world)) {
+                    if let Ok(exits) = exits(&mut store, &status) {
+                        snap.job = agreement::peers(&status, &exits);
+                    }
                 }
             }
         }
@@ -217,147 +287,97 @@ fn agreed(store: &mut StoreClient) -> Result<Option<Diagnosis>, Error> {
     Ok(store.try_get(keys::VERDICT)?.and_then(|v| serde_json::from_slice(&v).ok()))
 }
 
-/// Waits (bounded) until every rank that can still answer published a
-/// snapshot that shows it at (or past) the collective the job is stuck in;
-/// returns the job status at that point. A live rank that has not reached it
-/// yet is given the rest of the wait to get there: its call's fingerprint
-/// may be what decides who is to blame.
-fn gather(store: &mut StoreClient, me: usize, world: usize) -> Result<JobStatus, Error> {
-    let deadline = Instant::now() + GATHER;
+/// Sleeps until `until`: a pause between reads of the agreement, at most
+/// 250 ms, inside the agreement's bounded gather.
+fn pause_until(until: Instant) {
     loop {
-        let status = ours(store.status(None, Duration::ZERO)?, world);
-        let snaps: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
-            .into_iter()
-            .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())
-            .collect();
-        let stuck = snaps
-            .iter()
-            .filter_map(|s| s.beat.running.as_ref().map(|r| r.seq).or(s.observation.as_ref().and_then(|o| o.seq)))
-            .filter(|q| *q > 0)
-            .min();
-        let reached = |s: &Snapshot| {
-            stuck.is_none_or(|q| {
-                s.observation.is_some()
-                    || s.beat.last_completed >= q
-                    || s.beat.running.as_ref().is_some_and(|r| r.seq >= q)
-            })
-        };
-        // The rank that failed first must have published what it saw (its
-        // monitor may have published an earlier snapshot without it).
-        let first = first_failed(&status);
-        let missing: Vec<String> = status
-            .ranks
-            .iter()
-            .filter(|r| r.rank != me && r.liveness == StoreLiveness::Connected)
-            .filter(|r| r.heartbeat_age.is_some_and(|a| a.as_millis() < STALE_MS as u128))
-            .filter(|r| {
-                !snaps
-                    .iter()
-                    .any(|s| s.rank == r.rank && reached(s) && (Some(r.rank) != first || s.observation.is_some()))
-            })
-            .map(|r| keys::snapshot(r.rank))
-            .collect();
-        let now = Instant::now();
-        let endings_due = vanished_without_ending(store, &status)?;
-        if (missing.is_empty() && !endings_due) || now >= deadline || store.try_get(keys::VERDICT)?.is_some() {
-            return Ok(status);
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
         }
-        // Snapshots are overwritten in place, so poll rather than wait for
-        // the keys to appear.
-        let absent: Vec<&str> = missing
-            .iter()
-            .map(String::as_str)
-            .filter(|k| !snaps.iter().any(|s| keys::snapshot(s.rank) == *k))
-            .collect();
-        let pause = (deadline - now).min(Duration::from_millis(20));
-        if absent.is_empty() {
-            std::thread::park_timeout(pause);
-        } else {
-            match store.wait(&absent, pause) {
-                Ok(()) | Err(Error::StoreTimeout { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        std::thread::park_timeout(left);
     }
-}
-
-/// The rank that raised the job-wide abort, if one did.
-fn first_failed(status: &JobStatus) -> Option<usize> {
-    let raw = status.abort.as_deref()?;
-    serde_json::from_slice::<AbortRecord>(raw).ok().map(|r| r.rank)
-}
-
-/// Whether a rank vanished whose launcher (one runs: it announced itself)
-/// has not yet recorded how it ended; worth a moment's wait, since "killed
-/// by signal 9 (SIGKILL, OOM killer)" is the most useful line of a verdict.
-fn vanished_without_ending(store: &mut StoreClient, status: &JobStatus) -> Result<bool, Error> {
-    let vanished: Vec<String> =
-        status.ranks.iter().filter(|r| r.liveness == StoreLiveness::Vanished).map(|r| keys::exit(r.rank)).collect();
-    if vanished.is_empty() || store.try_get(keys::LAUNCHER)?.is_none() {
-        return Ok(false);
-    }
-    let refs: Vec<&str> = vanished.iter().map(String::as_str).collect();
-    Ok(!store.check(&refs)?)
 }
 
 /// The file name of a rank's dump: `ringleader-rank{R}.json` by global
 /// rank, with the group's name for a sub-group (a process holds one
 /// communicator per group, and their dumps must not overwrite each other).
 pub(crate) fn dump_name(cfg: &Config) -> String {
+    dump_name_of(cfg, cfg.global_rank())
+}
+
+/// The dump file name of global rank `global` in `cfg`'s communicator.
+fn dump_name_of(cfg: &Config, global: Rank) -> String {
     match cfg.group.as_ref() {
-        None => format!("ringleader-rank{}.json", cfg.global_rank()),
+        None => format!("ringleader-rank{global}.json"),
         Some(g) => {
             let name: String = g
                 .name
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
                 .collect();
-            format!("ringleader-rank{}-group{name}.json", cfg.global_rank())
+            format!("ringleader-rank{global}-group{name}.json")
         }
     }
 }
 
 /// Everything the store knows about the job, as verdict evidence (`group`:
-/// the sub-group the communicator spans, so the verdict names global ranks).
+/// the sub-group the communicator spans, so the verdict names global
+/// ranks). Reads every snapshot: for one rank at a time only (rank 0 of a
+/// monitored barrier), never for every rank of a failure.
 pub(crate) fn evidence(
     store: &mut StoreClient,
     status: &JobStatus,
     world: usize,
     group: Option<Group>,
 ) -> Result<Evidence, Error> {
-    let exits = fetch_prefix(store, keys::EXIT_PREFIX)?;
-    let mut snapshots: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
+    let exits = exits(store, status)?;
+    let snapshots: Vec<Snapshot> = fetch_prefix(store, keys::SNAPSHOT_PREFIX)?
         .into_iter()
         .filter_map(|(_, v)| Snapshot::from_json(&String::from_utf8_lossy(&v)).ok())
         .collect();
-    // What the rank that failed first saw is in the abort record, even when
-    // its snapshot does not hold it yet.
-    if let Some(record) = status.abort.as_deref().and_then(|raw| serde_json::from_slice::<AbortRecord>(raw).ok()) {
-        if let Some(s) = snapshots.iter_mut().find(|s| s.rank == record.rank && s.observation.is_none()) {
-            s.observation = Some(record.observation);
-        }
+    Ok(Evidence {
+        world_size: world,
+        peers: agreement::peers(status, &exits),
+        snapshots,
+        stale_after_ms: STALE_MS,
+        group,
+    })
+}
+
+/// The exit records launchers wrote for the ranks of `status` that ended
+/// without leaving, by rank (only when some did).
+fn exits(store: &mut StoreClient, status: &JobStatus) -> Result<BTreeMap<Rank, String>, Error> {
+    if !status.ranks.iter().any(|r| r.liveness == ringleader_store::Liveness::Vanished) {
+        return Ok(BTreeMap::new());
     }
-    let peers = status
-        .ranks
-        .iter()
-        .map(|r| PeerView {
-            rank: r.rank,
-            liveness: match r.liveness {
-                StoreLiveness::Connected => Liveness::Alive,
-                StoreLiveness::Left => Liveness::Left,
-                StoreLiveness::Vanished => Liveness::Vanished,
-            },
-            host: Some(r.host.clone()),
-            pid: Some(r.pid),
-            heartbeat_age_ms: r.heartbeat_age.map(|a| a.as_millis() as u64),
-            beat: Beat::decode(&r.heartbeat),
-            exit: exits
-                .iter()
-                .find(|(k, _)| *k == keys::exit(r.rank))
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+    let records = fetch_prefix(store, keys::EXIT_PREFIX)?;
+    Ok(records
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let rank = k.strip_prefix(keys::EXIT_PREFIX)?.parse().ok()?;
+            Some((rank, String::from_utf8_lossy(&v).into_owned()))
         })
-        .collect();
-    Ok(Evidence { world_size: world, peers, snapshots, stale_after_ms: STALE_MS, group })
+        .collect())
+}
+
+/// The snapshots of `ranks` (at most a chunk), waiting up to `wait` for
+/// those not published yet; what is there after that.
+fn read_snapshots(store: &mut StoreClient, ranks: &[Rank], wait: Duration) -> Result<Vec<Snapshot>, Error> {
+    let names: Vec<String> = ranks.iter().map(|r| keys::snapshot(*r)).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let present: Vec<&str> = match store.wait(&refs, wait) {
+        Ok(()) => refs,
+        Err(Error::StoreTimeout { keys: missing, .. }) => {
+            refs.into_iter().filter(|k| !missing.iter().any(|m| m == k)).collect()
+        }
+        Err(e) => return Err(e),
+    };
+    if present.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values = store.multi_get(&present, Duration::from_secs(2))?;
+    Ok(values.iter().filter_map(|v| Snapshot::from_json(&String::from_utf8_lossy(v)).ok()).collect())
 }
 
 fn fetch_prefix(store: &mut StoreClient, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {

@@ -39,6 +39,7 @@
 // device staging; each carries a scoped allow and a SAFETY argument.
 #![deny(unsafe_code)]
 
+mod agreement;
 mod algo;
 mod arrivals;
 mod comm;
@@ -47,6 +48,7 @@ pub mod cuda;
 mod dumps;
 mod engine;
 mod failure;
+mod heartbeat;
 mod log;
 mod monitor;
 mod monitored;

@@ -4,10 +4,15 @@
 //! store (the connection whose loss the store reads as the rank's death). It
 //! needs neither the caller's thread nor Python's GIL, so a rank stuck in its
 //! own code still beats, and a stopped process stops beating. Every tick it:
-//! - sends a heartbeat carrying this rank's progress (twice a second);
+//! - sends a heartbeat carrying this rank's progress (twice a second;
+//!   [`crate::heartbeat`] says when, and when a dump is requested);
 //! - waits briefly on the store for news: another rank's abort, or a rank
 //!   that left or vanished while this rank waits for it, which aborts the
-//!   running collective at once instead of at the timeout;
+//!   running collective at once instead of at the timeout. The store sends
+//!   only what changed since the last answer ([`StoreClient::changes`]:
+//!   departures and the abort), so a quiet job costs the store a few small
+//!   answers per rank and second, and an event one short answer per rank,
+//!   whatever the world size;
 //! - checks the running operation against the stall warning and the hard
 //!   timeout;
 //! - polls the pidfds of the peers on its host ([`crate::pidwatch`]), so a
@@ -15,6 +20,7 @@
 
 use crate::engine::Shared;
 use crate::failure::AbortRecord;
+use crate::heartbeat::Heartbeat;
 use crate::log;
 use crate::pidwatch::PidWatch;
 use crate::watchdog::{Action, Watchdog};
@@ -29,7 +35,38 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
-const HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// Largest world in which a stall warning reads every rank's heartbeat
+/// (the whole status) to say who has not entered the operation: every
+/// rank warns at about the same time, so the store sends the status
+/// world-size times.
+const STALL_STATUS_MAX_WORLD: usize = 1024;
+
+/// The job after the store's changes since `view` (from generation 0, an
+/// empty view, when there is none yet: the departures so far, not every
+/// rank), waiting up to `wait` for the first change; this communicator's
+/// ranks only.
+fn catch_up(
+    store: &mut StoreClient,
+    view: Option<JobStatus>,
+    world: usize,
+    wait: Duration,
+) -> ringleader_core::Result<JobStatus> {
+    let (mut view, mut wait) = match view {
+        Some(v) => (v, wait),
+        None => (JobStatus::default(), Duration::ZERO),
+    };
+    loop {
+        let mut changes = store.changes(view.generation, wait)?;
+        changes.ranks.retain(|r| r.rank < world);
+        let more = changes.more;
+        view.apply(changes);
+        if !more {
+            return Ok(view);
+        }
+        wait = Duration::ZERO;
+    }
+}
 
 /// Stops the monitor.
 #[derive(Debug, Default)]
@@ -72,11 +109,12 @@ struct Monitor {
     signal_ids: Vec<signal_hook::SigId>,
     store: Option<StoreClient>,
     stop: Arc<Stop>,
-    generation: Option<u64>,
-    last_beat: Option<Instant>,
+    beat: Heartbeat,
+    /// The ranks that left or vanished, and the abort record, as the
+    /// store's changes built them (this communicator's ranks only; a rank
+    /// not in it is connected). Heartbeats in it are as of each departure.
     last_status: Option<JobStatus>,
     published: bool,
-    dump_counter: Option<Vec<u8>>,
     dog: Watchdog,
     /// The ranks the last stall warning named as late.
     late: Vec<Rank>,
@@ -106,11 +144,9 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 signal_ids,
                 store: Some(store),
                 stop,
-                generation: None,
-                last_beat: None,
+                beat: Heartbeat::default(),
                 last_status: None,
                 published: false,
-                dump_counter: None,
                 dog: Watchdog::new(stall_warn),
                 late: Vec::new(),
                 arrivals: Default::default(),
@@ -154,17 +190,23 @@ impl Monitor {
     }
 
     fn heartbeat(&mut self) {
-        if self.last_beat.is_some_and(|t| t.elapsed() < HEARTBEAT) {
+        if !self.beat.due(Instant::now()) {
             return;
         }
-        self.last_beat = Some(Instant::now());
         let beat = self.shared.beat().encode();
         let Some(store) = self.store.as_mut() else {
             return;
         };
         let r = store.heartbeat(&beat).and_then(|()| store.try_get(keys::DUMP_REQUEST));
         match r {
-            Ok(counter) => self.dump_on_request(counter),
+            Ok(counter) => {
+                if self.beat.dump_requested(counter) {
+                    if let Some(p) = self.shared.write_dump(None, None) {
+                        let msg = format!("wrote the flight recorder dump {} on request", p.display());
+                        log::warn(&self.shared.cfg, &msg);
+                    }
+                }
+            }
             Err(e) => self.store_lost(e),
         }
     }
@@ -173,27 +215,14 @@ impl Monitor {
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        match store.status(self.generation, TICK) {
+        // The view is a few departures: cloned, so that a lost store
+        // still finds what it last said (store_lost reads it).
+        match catch_up(store, self.last_status.clone(), self.shared.world, TICK) {
             Ok(status) => {
-                self.generation = Some(status.generation);
-                let status = crate::failure::ours(status, self.shared.world);
                 self.news(&status);
                 self.last_status = Some(status);
             }
             Err(e) => self.store_lost(e),
-        }
-    }
-
-    fn dump_on_request(&mut self, counter: Option<Vec<u8>>) {
-        if counter.is_some() && self.dump_counter.is_some() && counter != self.dump_counter {
-            if let Some(p) = self.shared.write_dump(None, None) {
-                log::warn(&self.shared.cfg, &format!("wrote the flight recorder dump {} on request", p.display()));
-            }
-        }
-        if counter.is_some() {
-            self.dump_counter = counter;
-        } else {
-            self.dump_counter = Some(Vec::new());
         }
     }
 
@@ -211,7 +240,7 @@ impl Monitor {
             if !self.published {
                 // Idle ranks too must say where they are.
                 self.published = true;
-                let snap = sh.snapshot(None);
+                let snap = crate::agreement::compact(sh.snapshot(None));
                 if let Some(store) = self.store.as_mut() {
                     let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
                 }
@@ -259,7 +288,8 @@ impl Monitor {
             sh.ended.lock().extend(&ended);
             // A fresh view: a peer that left cleanly exits right after.
             if let Some(store) = self.store.as_mut() {
-                if let Ok(status) = store.status(None, Duration::ZERO) {
+                let view = self.last_status.clone();
+                if let Ok(status) = catch_up(store, view, sh.world, Duration::ZERO) {
                     self.last_status = Some(status);
                 }
             }
@@ -407,9 +437,19 @@ impl Monitor {
     fn warn_stall(&mut self, seq: u64, fp: Fingerprint, age: Duration, left: Duration) {
         let sh = &self.shared;
         let awaited = sh.awaited.ranks();
-        // Ranks that have not entered it, by the last collective each completed.
+        // Ranks that have not entered it, by the last collective each
+        // completed: their current heartbeats, which only the whole status
+        // has. Read once per warning, and only while the job is small
+        // enough for every rank to read it at once; beyond that the
+        // warning names the ranks this one waits for.
         let mut outside: Vec<(u64, Rank)> = Vec::new();
-        if let Some(status) = &self.last_status {
+        let fresh = match self.store.as_mut() {
+            Some(store) if sh.world <= STALL_STATUS_MAX_WORLD => {
+                store.status(None, Duration::ZERO).ok().map(|s| crate::failure::ours(s, sh.world))
+            }
+            _ => None,
+        };
+        if let Some(status) = &fresh {
             for r in &status.ranks {
                 if r.rank == sh.rank {
                     continue;

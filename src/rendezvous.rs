@@ -164,11 +164,32 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
         drop(member);
         return Err(taken);
     }
-    let mut aux = StoreClient::connect(&store_addr, client_options(cfg, remaining(deadline)))?;
+    match register_and_connect(cfg, &store_addr, &mut member, links, deadline, abort) {
+        Ok((aux, peers, mesh)) => Ok(Joined { server, member, aux, peers, mesh, store_addr }),
+        Err(e) => {
+            // This rank reports its own failure; leaving says so to the
+            // store, which then does not warn of a rank that vanished.
+            let _ = member.leave();
+            Err(e)
+        }
+    }
+}
+
+/// The rendezvous after the member connection: registers, waits for the
+/// others, validates and builds the mesh.
+fn register_and_connect(
+    cfg: &Config,
+    store_addr: &str,
+    member: &mut StoreClient,
+    links: usize,
+    deadline: Instant,
+    abort: &ringleader_core::AbortSignal,
+) -> Result<(StoreClient, Vec<PeerInfo>, Mesh)> {
+    let mut aux = StoreClient::connect(store_addr, client_options(cfg, remaining(deadline)))?;
     let listener = DataListener::bind(&ListenOptions {
         ifname: cfg.ifname.clone(),
         port_range: cfg.port_range,
-        store_endpoint: store_addr.clone(),
+        store_endpoint: store_addr.to_string(),
     })?;
     let me = PeerInfo {
         rank: cfg.rank,
@@ -201,7 +222,7 @@ pub(crate) fn join(cfg: &Config, links: usize, abort: &ringleader_core::AbortSig
     let mesh = preflight(&mut aux, listener, &peers, cfg, links, deadline, abort)?;
     // The member connection is the rank's life line from here on.
     let _ = member.heartbeat(&[]);
-    Ok(Joined { server, member, aux, peers, mesh, store_addr })
+    Ok((aux, peers, mesh))
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -437,8 +458,22 @@ fn store_bind_host(cfg: &Config) -> String {
     }
 }
 
-/// Waits until every rank registered, failing early on conflicting
-/// registrations and at the deadline with the ranks that never came.
+/// Registrations read per request: a request and its answer stay far below
+/// the store's frame limit whatever the world size.
+const READ_CHUNK: usize = 256;
+
+/// Registers this rank's arrival and waits until every rank registered,
+/// failing early on conflicting registrations and at the deadline with the
+/// ranks that never came.
+///
+/// While it waits, a rank costs the store O(1) per second, whatever the
+/// world size: arrivals are counted ([`keys::REGISTERED`]), the rank that
+/// completes the count says so ([`keys::ALL_REGISTERED`]), and the others
+/// wait on that one key, looking between waits for the note a rank leaves
+/// when it claims another world size than the first rank did
+/// ([`keys::WORLD_CONFLICT`]) or is refused as a duplicate rank. Reading every registration happens once, after the wait
+/// (the data plane's full mesh needs every address), in chunks; and, on the
+/// failure path, once at the deadline to name the ranks that never came.
 fn wait_for_all(
     store: &mut StoreClient,
     cfg: &Config,
@@ -446,28 +481,39 @@ fn wait_for_all(
     deadline: Instant,
     abort: &ringleader_core::AbortSignal,
 ) -> Result<Vec<PeerInfo>> {
-    let keys_owned: Vec<String> = (0..cfg.world_size).map(keys::rank).collect();
-    let keys_ref: Vec<&str> = keys_owned.iter().map(String::as_str).collect();
+    let world = cfg.world_size.to_string();
+    let claimed = store.compare_set(keys::WORLD_SIZE, None, world.as_bytes())?;
+    if claimed != world.as_bytes() {
+        // Tell the ranks already waiting: the count they wait for may
+        // never complete without this rank.
+        store.set(keys::WORLD_CONFLICT, world.as_bytes())?;
+        return Err(world_size_conflict(store, me));
+    }
+    if store.add(keys::REGISTERED, 1)? >= cfg.world_size as i64 {
+        store.set(keys::ALL_REGISTERED, b"1")?;
+    }
     let start = Instant::now();
     let mut next_note = start + Duration::from_secs(10);
     loop {
         abort.check()?;
-        // Conflicts (world sizes, duplicates) show up between the slices:
-        // look often at first, when they happen, unless the job is large
-        // (each look reads every registration).
+        // Conflicts show up between the slices: look often at first, when
+        // they happen, in a small job.
         let early = start.elapsed() < Duration::from_secs(5) && cfg.world_size <= 64;
         let poll = if early { Duration::from_millis(250) } else { Duration::from_secs(1) };
         let slice = remaining(deadline).min(poll);
-        match store.wait(&keys_ref, slice) {
+        match store.wait(&[keys::ALL_REGISTERED], slice) {
             Ok(()) => break,
             Err(Error::StoreTimeout { .. }) => {}
             Err(e) => return Err(e),
         }
-        let present = registrations(store)?;
-        check_conflicts(&present, me)?;
+        if store.check(&[keys::WORLD_CONFLICT])? {
+            return Err(world_size_conflict(store, me));
+        }
         check_duplicates(store)?;
         let now = Instant::now();
         if now >= deadline {
+            let present = registrations(store)?;
+            check_conflicts(&present, me)?;
             let in_world: Vec<PeerInfo> = present.iter().filter(|p| p.rank < cfg.world_size).cloned().collect();
             let missing = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
             return Err(Error::RendezvousIncomplete {
@@ -478,8 +524,13 @@ fn wait_for_all(
                 note: incomplete_note(&in_world),
             });
         }
-        if now >= next_note {
-            let missing: Vec<Rank> = (0..cfg.world_size).filter(|r| !present.iter().any(|p| p.rank == *r)).collect();
+        // Who is missing, every 30 s: from every rank of a small job, from
+        // rank 0 alone in a big one (each note reads every rank's key name).
+        if now >= next_note && (cfg.world_size <= 64 || cfg.rank == 0) {
+            let names = store.keys_with_prefix(keys::RANK_PREFIX)?;
+            let present: std::collections::BTreeSet<Rank> =
+                names.iter().filter_map(|n| n.strip_prefix(keys::RANK_PREFIX)?.parse().ok()).collect();
+            let missing: Vec<Rank> = (0..cfg.world_size).filter(|r| !present.contains(r)).collect();
             log::warn(
                 cfg,
                 &format!(
@@ -493,29 +544,43 @@ fn wait_for_all(
             next_note = now + Duration::from_secs(30);
         }
     }
-    let values = store.multi_get(&keys_ref, Duration::from_secs(5))?;
-    let mut peers = Vec::with_capacity(values.len());
-    for (r, v) in values.iter().enumerate() {
-        let p: PeerInfo = serde_json::from_slice(v).map_err(|e| Error::VersionMismatch {
-            detail: format!("rank {r}'s registration cannot be read ({e})"),
-            versions: vec![],
-        })?;
-        peers.push(p);
+    let mut peers = Vec::with_capacity(cfg.world_size);
+    let names: Vec<String> = (0..cfg.world_size).map(keys::rank).collect();
+    for chunk in names.chunks(READ_CHUNK) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        // Every rank reads at once when the count completes: allow for a
+        // busy store within the init timeout, not a fixed few seconds.
+        let wait = remaining(deadline).max(Duration::from_secs(5));
+        for (v, name) in store.multi_get(&refs, wait)?.iter().zip(chunk) {
+            let p: PeerInfo = serde_json::from_slice(v).map_err(|e| Error::VersionMismatch {
+                detail: format!("{name}: a registration that cannot be read ({e})"),
+                versions: vec![],
+            })?;
+            peers.push(p);
+        }
     }
-    let present = registrations(store)?;
-    check_conflicts(&present, me)?;
     Ok(peers)
+}
+
+/// The ranks disagree on the world size: every registration, as claims.
+fn world_size_conflict(store: &mut StoreClient, me: &PeerInfo) -> Error {
+    match registrations(store).and_then(|present| check_conflicts(&present, me)) {
+        Err(e) => e,
+        // The registrations agree with this rank: the claim came from a
+        // rank that has not registered yet, or left; name what is known.
+        Ok(()) => Error::WorldSizeMismatch { claims: vec![me.member()] },
+    }
 }
 
 /// Every registration at the store now, including ranks outside our world.
 fn registrations(store: &mut StoreClient) -> Result<Vec<PeerInfo>> {
     let names = store.keys_with_prefix(keys::RANK_PREFIX)?;
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    if refs.is_empty() {
-        return Ok(Vec::new());
+    let mut v: Vec<PeerInfo> = Vec::with_capacity(names.len());
+    for chunk in names.chunks(READ_CHUNK) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let values = store.multi_get(&refs, Duration::from_secs(5))?;
+        v.extend(values.iter().filter_map(|b| serde_json::from_slice::<PeerInfo>(b).ok()));
     }
-    let values = store.multi_get(&refs, Duration::from_secs(5))?;
-    let mut v: Vec<PeerInfo> = values.iter().filter_map(|b| serde_json::from_slice(b).ok()).collect();
     v.sort_by_key(|p| p.rank);
     Ok(v)
 }

@@ -48,6 +48,13 @@ fn worker() {
             println!("VERDICT {} after {} ms", e.to_string().lines().next().unwrap_or(""), start.elapsed().as_millis());
             std::process::exit(1);
         }
+        // As `sleep`, but the ranks print nothing of their own: what the
+        // job's log holds is ringleader's and the launcher's alone.
+        "quiet_sleep" if c.rank() == 2 => std::thread::sleep(Duration::from_secs(60)),
+        "quiet_sleep" => {
+            let _ = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
+            std::process::exit(1);
+        }
         // 60 steps with rank 1 entering each 50 ms late; then rank 3 writes
         // its dump and leaves instead of making all_reduce #62.
         "late_then_skip" => {
@@ -239,4 +246,56 @@ fn analyze_names_the_late_rank_and_writes_a_timeline_of_a_failed_4_rank_job() {
     }
     let slices = ev.iter().filter(|e| e["ph"] == "X" && e["pid"] == 3).count();
     assert_eq!(slices, 61, "rank 3 recorded all_reduce #1-61");
+}
+
+/// Ranks of [`a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most`].
+const QUIET_RANKS: usize = 32;
+
+#[test]
+fn a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most() {
+    let exe = std::env::current_exe().unwrap();
+    let scenario = format!("{SCENARIO}=quiet_sleep");
+    let n = QUIET_RANKS.to_string();
+    // TCP: 32 ranks' shared-memory rings would take gigabytes of /dev/shm.
+    let out = run(
+        &[
+            "launch",
+            "--nproc-per-node",
+            &n,
+            "--grace",
+            "3",
+            "--",
+            "env",
+            &scenario,
+            "RINGLEADER_TIMEOUT=4",
+            "RINGLEADER_TRANSPORT=tcp",
+            exe.to_str().unwrap(),
+            "--exact",
+            "worker",
+            "--nocapture",
+            "-q",
+        ],
+        Duration::from_secs(120),
+    );
+    // stderr: ringleader's lines and the launcher's (the ranks' stdout holds
+    // only the test harness's own banner).
+    let log = out.stderr;
+    assert!(log.contains("[missed-collective] rank 2 "), "{log}");
+    // Nothing per rank from the store or the launcher once the job failed:
+    // the teardown is one line per way of ending.
+    assert!(!log.contains("vanished") && !log.contains("connection dropped"), "{log}");
+    let launcher = log.lines().filter(|l| l.starts_with("ringleader launch: ")).count();
+    assert!(launcher <= 8, "{launcher} launcher lines:\n{log}");
+    // One line per rank (the error the program gets holds the whole
+    // verdict): rank 0's headline, and on the others a short line that
+    // points there.
+    for r in 0..QUIET_RANKS {
+        let lines: Vec<&str> = log.lines().filter(|l| l.starts_with(&format!("[rank{r}]: "))).collect();
+        assert!(lines.len() <= 1, "rank {r} wrote {} lines:\n{log}", lines.len());
+        if let (Some(l), true) = (lines.first(), r > 0) {
+            assert!(l.contains("; the whole verdict: rank 0's output") && l.len() < 300, "{l}");
+        }
+    }
+    eprintln!("a 32-rank hang: {} bytes of log, {} lines", log.len(), log.lines().count());
+    assert!(log.len() < 16 * 1024, "{} bytes:\n{log}", log.len());
 }

@@ -231,7 +231,18 @@ impl Diagnosis {
     /// whole verdict is.
     pub fn summary_pointing_to(&self, whole_at: &str) -> String {
         let headline = self.headline.lines().next().unwrap_or_default();
-        format!("{headline}; the whole verdict: {whole_at}")
+        // The headline's first clause names the culprits; the clauses after
+        // it (what they last did, who waits) stay while the line is short.
+        let mut clauses = headline.split("; ");
+        let mut short = clauses.next().unwrap_or_default().to_string();
+        for c in clauses {
+            if short.len() + 2 + c.len() > SUMMARY_HEADLINE_MAX {
+                break;
+            }
+            short.push_str("; ");
+            short.push_str(c);
+        }
+        format!("{short}; the whole verdict: {whole_at}")
     }
 }
 
@@ -252,6 +263,10 @@ impl fmt::Display for Diagnosis {
 }
 
 pub use crate::group::fmt_ranks;
+
+/// The length past which [`Diagnosis::summary_pointing_to`] drops the
+/// headline's later clauses (its first clause always stays).
+const SUMMARY_HEADLINE_MAX: usize = 160;
 
 /// At most this many members are spelled out in a message.
 const MAX_MEMBERS_SHOWN: usize = 8;

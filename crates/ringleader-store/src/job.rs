@@ -146,7 +146,52 @@ pub struct JobStatus {
     pub abort: Option<Vec<u8>>,
 }
 
+/// What changed in the job after a generation: the answer to
+/// [`StoreClient::changes`](crate::StoreClient::changes). Heartbeats are not
+/// changes (they would make every rank's news O(world size) per second);
+/// a rank's entry carries its latest heartbeat when its liveness changes.
+///
+/// ```
+/// use ringleader_store::{JobChanges, JobStatus};
+/// let mut view = JobStatus::default();
+/// view.apply(JobChanges { generation: 3, ranks: vec![], abort: Some(b"rank 1 failed".to_vec()), more: false });
+/// assert_eq!((view.generation, view.abort.as_deref()), (3, Some(&b"rank 1 failed"[..])));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobChanges {
+    /// The generation this answer brings the reader to: pass it back to
+    /// wait for the next change.
+    pub generation: u64,
+    /// The ranks that left or vanished after the generation asked about,
+    /// each as it is now, in the order of their departure. Joins advance
+    /// the generation but are not listed: every rank joins before a job
+    /// runs, so a view that starts empty at generation 0 costs the
+    /// departures only ([`StoreClient::status`](crate::StoreClient::status)
+    /// lists every rank).
+    pub ranks: Vec<RankStatus>,
+    /// The job-wide abort record, when it was set after that generation.
+    pub abort: Option<Vec<u8>>,
+    /// The answer stops short of the store's generation (its size is
+    /// bounded): ask again at once for the rest.
+    pub more: bool,
+}
+
 impl JobStatus {
+    /// Brings this view up to date with `changes` (ranks replaced or
+    /// added in rank order, the abort record set, the generation advanced).
+    pub fn apply(&mut self, changes: JobChanges) {
+        for r in changes.ranks {
+            match self.ranks.binary_search_by_key(&r.rank, |x| x.rank) {
+                Ok(i) => self.ranks[i] = r,
+                Err(i) => self.ranks.insert(i, r),
+            }
+        }
+        if changes.abort.is_some() {
+            self.abort = changes.abort;
+        }
+        self.generation = changes.generation;
+    }
+
     /// The status of `rank`, if it ever connected.
     pub fn rank(&self, rank: Rank) -> Option<&RankStatus> {
         self.ranks.iter().find(|r| r.rank == rank)

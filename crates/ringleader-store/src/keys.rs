@@ -26,8 +26,21 @@ pub const RANK_PREFIX: &str = "rl/rank/";
 /// ranks with it.
 pub const GROUP: &str = "rl/group";
 
-/// The world size the first rank to join claimed.
+/// The world size the first rank to register claimed (set once, by
+/// compare-and-set): a rank that claims another fails with
+/// `world-size-mismatch` at once, and so do the ranks waiting for it.
 pub const WORLD_SIZE: &str = "rl/world_size";
+
+/// Left by a rank whose world size differs from [`WORLD_SIZE`] (its own
+/// claim), so that the ranks waiting for the count fail at once too.
+pub const WORLD_CONFLICT: &str = "rl/world_conflict";
+
+/// How many ranks have registered (a counter).
+pub const REGISTERED: &str = "rl/registered";
+
+/// Set by the rank whose registration completed the count: the one key the
+/// others wait on, so that waiting for N ranks costs O(1) per rank.
+pub const ALL_REGISTERED: &str = "rl/all_registered";
 
 /// A rank's snapshot (JSON [`ringleader_diag`-style snapshot]) published when
 /// a collective fails.

@@ -7,9 +7,15 @@
 //! holds one **member** connection for its whole life, and the store tells
 //! apart a rank that left cleanly ([`Liveness::Left`]) from one whose
 //! connection vanished without a word ([`Liveness::Vanished`]: killed by the
-//! OOM killer, crashed, `kill -9`). A long-poll ([`StoreClient::status`])
+//! OOM killer, crashed, `kill -9`). A long-poll ([`StoreClient::changes`])
 //! reports such changes within milliseconds, which is what lets the watchdog
-//! say "rank 3 (node-b pid 4242) died" instead of waiting for a timeout.
+//! say "rank 3 (node-b pid 4242) died" instead of waiting for a timeout; it
+//! answers only what changed since the reader's last answer (heartbeats are
+//! not changes), so the job's news costs the store O(world size), not the
+//! O(world size²) of every rank re-reading the whole status
+//! ([`StoreClient::status`], which a rank reads once). The example
+//! `store_load` simulates thousands of ranks against a real store to
+//! measure that.
 //!
 //! # Who may do what
 //!
@@ -105,8 +111,8 @@ pub mod server;
 mod state;
 
 pub use client::{ClientOptions, StoreClient};
-pub use job::{JobStatus, Liveness, RankStatus, Role};
-pub use server::{port_holder, ServerOptions, StoreServer};
+pub use job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
+pub use server::{port_holder, ServerOptions, StoreServer, Traffic};
 pub use state::Limits;
 
 /// Entry points for fuzz targets only; not part of the supported API

@@ -37,7 +37,9 @@ use super::oom::OomWatch;
 use super::store_link::ExitRecorder;
 use crate::signals::signal_name;
 use ringleader_core::error::fmt_ranks;
+use ringleader_core::Rank;
 use rustix::process::{kill_process_group, Signal};
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -57,6 +59,8 @@ const VERDICT_EXIT_CODE: i32 = 1;
 /// How long output pipes may stay open once every rank has ended (a
 /// background process of a rank can hold them).
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// At most this many pids are spelled out in a line about ranks.
+const PIDS_SHOWN: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -93,6 +97,10 @@ pub(crate) struct Supervisor {
     open_outputs: usize,
     /// The verdict is out: the teardown is the short one.
     verdict: bool,
+    /// Endings that followed the first failure, not yet printed: one line
+    /// per way of ending (`ranks 0-127, 129-255 exited with code 1`), so the
+    /// teardown of a big job does not print a line per rank.
+    followers: Vec<(String, Rank)>,
 }
 
 impl Supervisor {
@@ -119,6 +127,7 @@ impl Supervisor {
             signals_received: 0,
             open_outputs: 2 * n,
             verdict: false,
+            followers: Vec::new(),
         }
     }
 
@@ -147,6 +156,7 @@ impl Supervisor {
         // Whatever the ranks started and left behind in their groups goes
         // with them, however the job ended. (A rank that ended is a zombie
         // until reaped below: its group id cannot have been reused.)
+        self.print_followers();
         for r in &self.ranks {
             let _ = kill_process_group(r.pid, Signal::KILL);
         }
@@ -182,11 +192,18 @@ impl Supervisor {
             (None, true) => Some("sent by the launcher".to_string()),
             (None, false) => None,
         };
-        let mut line = format!("ringleader launch: rank {rank} (pid {pid}) {}", ending.describe(note.as_deref()));
+        let mut how = ending.describe(note.as_deref());
         if let (Some(s), false) = (sent, by_launcher) {
-            line += &format!(" after the launcher sent {}", signal_name(s));
+            how += &format!(" after the launcher sent {}", signal_name(s));
         }
-        eprintln!("{line}");
+        let failed_before = self.phase != Phase::Running || self.verdict;
+        if failed_before && oom.is_none() {
+            // A consequence of the failure already reported: one line for
+            // all the ranks that ended the same way, printed at the next step.
+            self.followers.push((how, rank));
+        } else {
+            eprintln!("ringleader launch: rank {rank} (pid {pid}) {how}");
+        }
         let store_note = match (&oom, by_launcher) {
             (Some(_), _) => Some("OOM killer"),
             (None, true) => Some("sent by the launcher"),
@@ -279,6 +296,7 @@ impl Supervisor {
     /// The deadline of the current phase passed: take the next step.
     /// Returns false when there is nothing left to do but give up.
     fn escalate(&mut self) -> bool {
+        self.print_followers();
         let survivors = self.running();
         let now = Instant::now();
         match self.phase {
@@ -316,12 +334,31 @@ impl Supervisor {
         (0..self.ranks.len()).filter(|&i| self.ended[i].is_none()).collect()
     }
 
-    /// `rank 0 (pid 12)` or `ranks 0, 2 (pids 12, 14)`.
+    /// `rank 0 (pid 12)` or `ranks 0, 2 (pids 12, 14)`; beyond
+    /// [`PIDS_SHOWN`] ranks, the ranks alone (`ranks 0-255 (256 ranks)`), so
+    /// that a line's length does not grow with the job.
     fn describe_ranks(&self, indices: &[usize]) -> String {
         let ranks: Vec<_> = indices.iter().map(|&i| self.ranks[i].rank).collect();
+        if ranks.len() > PIDS_SHOWN {
+            return fmt_ranks(&ranks);
+        }
         let pids: Vec<_> = indices.iter().map(|&i| self.ranks[i].pid_u32().to_string()).collect();
         let label = if pids.len() == 1 { "pid" } else { "pids" };
         format!("{} ({label} {})", fmt_ranks(&ranks), pids.join(", "))
+    }
+
+    /// Prints the endings that followed the first failure, one line per way
+    /// of ending, with the ranks (and their pids, when few).
+    fn print_followers(&mut self) {
+        let mut by_how: BTreeMap<String, Vec<Rank>> = BTreeMap::new();
+        for (how, rank) in self.followers.drain(..) {
+            by_how.entry(how).or_default().push(rank);
+        }
+        for (how, ranks) in by_how {
+            let indices: Vec<usize> = (0..self.ranks.len()).filter(|&i| ranks.contains(&self.ranks[i].rank)).collect();
+            let how = if indices.len() > 1 { how.replacen("was killed", "were killed", 1) } else { how };
+            eprintln!("ringleader launch: {} {how}", self.describe_ranks(&indices));
+        }
     }
 
     fn signal_all(&mut self, indices: &[usize], sig: i32) {

@@ -19,7 +19,7 @@ mod channel;
 mod connect;
 
 use crate::codec::{self, Request, Response, ServerMsg};
-use crate::job::{JobStatus, Role};
+use crate::job::{JobChanges, JobStatus, Role};
 use channel::{Channel, Failure};
 use ringleader_core::{AbortSignal, Error, Rank, Result, VERSION};
 use std::fmt;
@@ -350,6 +350,36 @@ impl StoreClient {
         let req = Request::Status { since, timeout };
         self.call(req, Some(timeout), |r| match r {
             Response::Status(s) => Ok(s),
+            r => Err(r),
+        })
+    }
+
+    /// What changed in the job after generation `since` (0, a
+    /// [`JobStatus::generation`] or an earlier answer's): the ranks that
+    /// left or vanished since, each as it is now, and the abort record if
+    /// it was set since (a join advances the generation, and is not listed). Answers at once when there are changes,
+    /// else as soon as one happens or `timeout` passes (then with none).
+    /// Heartbeats are not changes, so a rank that waits on this costs the
+    /// store one small answer per event, not the whole status per poll.
+    /// An answer carries at most about 1 MiB of ranks; when
+    /// [`JobChanges::more`] is set, ask again at once.
+    ///
+    /// ```no_run
+    /// # use ringleader_store::{ClientOptions, Liveness, StoreClient};
+    /// # use std::time::Duration;
+    /// # fn main() -> ringleader_core::Result<()> {
+    /// # let mut store = StoreClient::connect("h:1", ClientOptions::new("j"))?;
+    /// let mut view = ringleader_store::JobStatus::default();
+    /// while view.with(Liveness::Vanished).is_empty() {
+    ///     let changes = store.changes(view.generation, Duration::from_secs(5))?;
+    ///     view.apply(changes);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn changes(&mut self, since: u64, timeout: Duration) -> Result<JobChanges> {
+        let req = Request::Changes { since, timeout };
+        self.call(req, Some(timeout), |r| match r {
+            Response::Changes(c) => Ok(c),
             r => Err(r),
         })
     }

@@ -9,7 +9,7 @@
 
 use super::wire::{Dec, Enc};
 use super::{CodecError, MAX_ITEMS, MAX_KEY, MAX_TEXT, MAX_VALUE};
-use crate::job::{JobStatus, Liveness, RankStatus, Role};
+use crate::job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
 use ringleader_core::Error;
 use std::time::Duration;
 
@@ -89,23 +89,68 @@ pub(crate) enum WireError {
 /// One store operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Request {
-    Set { key: String, value: Vec<u8> },
-    Get { key: String, timeout: Duration },
-    TryGet { key: String },
-    Add { key: String, delta: i64 },
-    CompareSet { key: String, expected: Option<Vec<u8>>, desired: Vec<u8> },
-    Wait { keys: Vec<String>, timeout: Duration },
-    Check { keys: Vec<String> },
-    Delete { key: String },
+    Set {
+        key: String,
+        value: Vec<u8>,
+    },
+    Get {
+        key: String,
+        timeout: Duration,
+    },
+    TryGet {
+        key: String,
+    },
+    Add {
+        key: String,
+        delta: i64,
+    },
+    CompareSet {
+        key: String,
+        expected: Option<Vec<u8>>,
+        desired: Vec<u8>,
+    },
+    Wait {
+        keys: Vec<String>,
+        timeout: Duration,
+    },
+    Check {
+        keys: Vec<String>,
+    },
+    Delete {
+        key: String,
+    },
     NumKeys,
-    MultiGet { keys: Vec<String>, timeout: Duration },
-    MultiSet { pairs: Vec<(String, Vec<u8>)> },
-    Append { key: String, value: Vec<u8> },
-    KeysWithPrefix { prefix: String },
-    Heartbeat { payload: Vec<u8> },
+    MultiGet {
+        keys: Vec<String>,
+        timeout: Duration,
+    },
+    MultiSet {
+        pairs: Vec<(String, Vec<u8>)>,
+    },
+    Append {
+        key: String,
+        value: Vec<u8>,
+    },
+    KeysWithPrefix {
+        prefix: String,
+    },
+    Heartbeat {
+        payload: Vec<u8>,
+    },
     Leave,
-    AbortJob { record: Vec<u8> },
-    Status { since: Option<u64>, timeout: Duration },
+    AbortJob {
+        record: Vec<u8>,
+    },
+    Status {
+        since: Option<u64>,
+        timeout: Duration,
+    },
+    /// The ranks whose liveness changed after generation `since` (and the
+    /// abort record, if set after it), parked until there is one.
+    Changes {
+        since: u64,
+        timeout: Duration,
+    },
 }
 
 /// The answer to one [`Request`].
@@ -120,6 +165,7 @@ pub(crate) enum Response {
     Values(Vec<Vec<u8>>),
     Keys(Vec<String>),
     Status(JobStatus),
+    Changes(JobChanges),
     /// A wait expired; these keys were still missing.
     Timeout {
         missing: Vec<String>,
@@ -403,6 +449,7 @@ impl Request {
             Request::Leave => "leave",
             Request::AbortJob { .. } => "abort_job",
             Request::Status { .. } => "status",
+            Request::Changes { .. } => "changes",
         }
     }
 
@@ -457,6 +504,10 @@ impl Request {
                 e.opt(since.as_ref(), |e, g| e.u64(*g))?;
                 e.duration(*timeout)
             }),
+            Request::Changes { since, timeout } => tagged(e, 18, |e| {
+                e.u64(*since)?;
+                e.duration(*timeout)
+            }),
         }
     }
 
@@ -485,6 +536,7 @@ impl Request {
                 since: d.opt("generation", |d| d.u64("generation"))?,
                 timeout: d.duration("timeout")?,
             },
+            18 => Request::Changes { since: d.u64("generation")?, timeout: d.duration("timeout")? },
             tag => return Err(CodecError::UnknownTag { what: "request", tag }),
         })
     }
@@ -526,6 +578,12 @@ impl Response {
             Response::Status(s) => tagged(e, 9, |e| encode_status(e, s)),
             Response::Timeout { missing } => tagged(e, 10, |e| key_list(e, missing)),
             Response::Error(w) => tagged(e, 11, |e| w.encode(e)),
+            Response::Changes(c) => tagged(e, 12, |e| {
+                e.u64(c.generation)?;
+                e.list("ranks", &c.ranks, MAX_ITEMS, encode_rank_status)?;
+                e.opt(c.abort.as_deref(), |e, a| e.bytes("abort record", a, MAX_VALUE))?;
+                e.bool(c.more)
+            }),
         }
     }
 
@@ -544,6 +602,12 @@ impl Response {
             9 => Response::Status(decode_status(d)?),
             10 => Response::Timeout { missing: keys(d)? },
             11 => Response::Error(WireError::decode(d)?),
+            12 => Response::Changes(JobChanges {
+                generation: d.u64("generation")?,
+                ranks: d.list("ranks", MAX_ITEMS, decode_rank_status)?,
+                abort: d.opt("abort record", |d| d.bytes("abort record", MAX_VALUE))?,
+                more: d.bool("more")?,
+            }),
             tag => return Err(CodecError::UnknownTag { what: "response", tag }),
         })
     }

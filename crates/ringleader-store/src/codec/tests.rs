@@ -1,5 +1,5 @@
 use super::*;
-use crate::job::{JobStatus, Liveness, RankStatus, Role};
+use crate::job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::mem::discriminant;
@@ -48,6 +48,8 @@ fn requests() -> Vec<Request> {
         Request::AbortJob { record: b"rank 1 died".to_vec() },
         Request::Status { since: Some(3), timeout: t },
         Request::Status { since: None, timeout: Duration::ZERO },
+        Request::Changes { since: 7, timeout: t },
+        Request::Changes { since: 0, timeout: Duration::ZERO },
     ]
 }
 
@@ -102,6 +104,8 @@ fn responses() -> Vec<Response> {
         Response::Keys(vec!["a".into(), "b".into()]),
         Response::Status(status()),
         Response::Status(JobStatus::default()),
+        Response::Changes(JobChanges { generation: 9, ranks: status().ranks, abort: Some(b"x".to_vec()), more: true }),
+        Response::Changes(JobChanges::default()),
         Response::Timeout { missing: vec!["late".into()] },
     ];
     r.extend(wire_errors().into_iter().map(Response::Error));
@@ -147,8 +151,8 @@ fn kinds<T>(items: &[T]) -> usize {
 
 #[test]
 fn samples_cover_every_variant() {
-    assert_eq!(kinds(&requests()), 17);
-    assert_eq!(kinds(&responses()), 11);
+    assert_eq!(kinds(&requests()), 18);
+    assert_eq!(kinds(&responses()), 12);
     assert_eq!(kinds(&wire_errors()), 7);
 }
 

@@ -18,6 +18,7 @@ use crate::codec::{self, ClientMsg, Response, ServerMsg, WireError};
 use crate::state::{weight, ConnId};
 use bytes::{Buf, BytesMut};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,6 +52,16 @@ impl InputBudget {
     }
 }
 
+/// What every connection of a server read and wrote, counted as it
+/// happens (for load measurements and `StoreServer::traffic`).
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) bytes_in: AtomicU64,
+    pub(super) bytes_out: AtomicU64,
+    pub(super) requests: AtomicU64,
+    pub(super) writes: AtomicU64,
+}
+
 /// Bytes gathered into one write, beyond the first message.
 const WRITE_BATCH: usize = 1 << 20;
 
@@ -58,6 +69,10 @@ const WRITE_BATCH: usize = 1 << 20;
 #[derive(Debug)]
 enum End {
     PeerClosed,
+    /// The peer's end reset the connection: a process that exited (or was
+    /// killed) with data still unread. What it means for the job, the state
+    /// machine says (a member that vanished is warned about there).
+    PeerReset,
     Rejected,
     Shutdown,
     Failed(String),
@@ -71,6 +86,7 @@ pub(super) async fn run(
     peer: SocketAddr,
     events: mpsc::Sender<Event>,
     input: InputBudget,
+    traffic: Arc<Counters>,
 ) {
     let span = tracing::info_span!("store_conn", conn = conn.0, %peer, rank = tracing::field::Empty);
     async move {
@@ -88,6 +104,7 @@ pub(super) async fn run(
             greeted: false,
             input,
             room: None,
+            traffic,
         };
         match c.serve(answers).await {
             End::Failed(why) => tracing::warn!(%why, "store connection dropped"),
@@ -130,6 +147,7 @@ struct Connection<'a> {
     /// The input budget's room taken for the large frame at the head of
     /// `rbuf`, handed to the actor with it.
     room: Option<OwnedSemaphorePermit>,
+    traffic: Arc<Counters>,
 }
 
 impl Connection<'_> {
@@ -149,11 +167,13 @@ impl Connection<'_> {
                 },
                 read = self.stream.read_buf(&mut self.rbuf) => match read {
                     Ok(0) => return End::PeerClosed,
-                    Ok(_) => {
+                    Ok(n) => {
+                        self.traffic.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
                         if let Err(end) = self.forward().await {
                             return end;
                         }
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return End::PeerReset,
                     Err(e) => return End::Failed(format!("read failed: {e}")),
                 },
             }
@@ -211,6 +231,7 @@ impl Connection<'_> {
                 Ok(Some(Event::Hello { conn, hello }))
             }
             (ClientMsg::Request { id, req }, true) => {
+                self.traffic.requests.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(Event::Request { conn, id, req, input: self.room.take() }))
             }
             (msg, _) => Err(End::Failed(format!("unexpected {msg:?}"))),
@@ -232,6 +253,8 @@ impl Connection<'_> {
         if let Err(e) = self.stream.write_all(&self.wbuf).await {
             return Some(End::Failed(format!("write failed: {e}")));
         }
+        self.traffic.bytes_out.fetch_add(self.wbuf.len() as u64, Ordering::Relaxed);
+        self.traffic.writes.fetch_add(1, Ordering::Relaxed);
         if self.wbuf.capacity() > WRITE_BATCH {
             self.wbuf = Vec::new();
         }

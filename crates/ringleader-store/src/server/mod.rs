@@ -29,6 +29,8 @@ use crate::state::Limits;
 use ringleader_core::{Error, Result};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
@@ -81,6 +83,7 @@ impl fmt::Debug for ServerOptions {
 /// ```
 pub struct StoreServer {
     addr: SocketAddr,
+    traffic: Arc<connection::Counters>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -108,17 +111,31 @@ impl StoreServer {
         let rt =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| cannot_start(addr, e))?;
         let (stop, stopped) = oneshot::channel();
+        let traffic = Arc::new(connection::Counters::default());
+        let counted = traffic.clone();
         let thread = std::thread::Builder::new()
             .name("ringleader-store".into())
-            .spawn(move || rt.block_on(runtime::serve(listener, opts, stopped)))
+            .spawn(move || rt.block_on(runtime::serve(listener, opts, stopped, counted)))
             .map_err(|e| cannot_start(addr, e))?;
         tracing::info!(addr = %local, "store listening");
-        Ok(StoreServer { addr: local, stop: Some(stop), thread: Some(thread) })
+        Ok(StoreServer { addr: local, traffic, stop: Some(stop), thread: Some(thread) })
     }
 
     /// The address actually bound (with the port chosen when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What the server's connections have read and written since it
+    /// started (every connection, handshakes included).
+    pub fn traffic(&self) -> Traffic {
+        let c = &self.traffic;
+        Traffic {
+            bytes_in: c.bytes_in.load(Ordering::Relaxed),
+            bytes_out: c.bytes_out.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+        }
     }
 
     /// Stops accepting, closes every connection and waits for the server
@@ -143,6 +160,20 @@ impl Drop for StoreServer {
     fn drop(&mut self) {
         self.stop_and_join();
     }
+}
+
+/// A server's traffic so far ([`StoreServer::traffic`]): what its load
+/// costs the network, next to its thread's CPU time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes read from every connection.
+    pub bytes_in: u64,
+    /// Bytes written to every connection.
+    pub bytes_out: u64,
+    /// Requests received (handshakes not counted).
+    pub requests: u64,
+    /// Socket writes (each carries one or more answers).
+    pub writes: u64,
 }
 
 /// Binds the first address `addr` resolves to that can be bound.

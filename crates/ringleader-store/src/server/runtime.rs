@@ -7,6 +7,7 @@ use crate::codec::{Hello, Request, ServerMsg};
 use crate::state::{ConnId, Outbox, ServerState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
@@ -49,7 +50,12 @@ pub(super) enum Event {
 
 /// Serves until `stop` fires (or its sender is dropped). Returning drops the
 /// runtime, which cancels every connection task and so closes its socket.
-pub(super) async fn serve(listener: std::net::TcpListener, opts: ServerOptions, stop: oneshot::Receiver<()>) {
+pub(super) async fn serve(
+    listener: std::net::TcpListener,
+    opts: ServerOptions,
+    stop: oneshot::Receiver<()>,
+    traffic: Arc<connection::Counters>,
+) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -62,7 +68,7 @@ pub(super) async fn serve(listener: std::net::TcpListener, opts: ServerOptions, 
     let state = ServerState::new(&opts.run_id, opts.token.as_deref(), opts.limits);
     tokio::spawn(actor(state, inbox));
     tokio::select! {
-        () = accept_loop(listener, events, input) => {}
+        () = accept_loop(listener, events, input, traffic) => {}
         _ = stop => tracing::info!("store shutting down"),
     }
 }
@@ -70,10 +76,15 @@ pub(super) async fn serve(listener: std::net::TcpListener, opts: ServerOptions, 
 /// Accepts every connection: the state decides which stay (it closes the
 /// oldest of too many that have not said hello, and refuses what is over
 /// its limits), so the door is never held shut by idle sockets.
-async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, input: connection::InputBudget) {
+async fn accept_loop(
+    listener: TcpListener,
+    events: mpsc::Sender<Event>,
+    input: connection::InputBudget,
+    traffic: Arc<connection::Counters>,
+) {
     for n in 1.. {
         let (stream, peer) = accept(&listener).await;
-        tokio::spawn(connection::run(ConnId(n), stream, peer, events.clone(), input.clone()));
+        tokio::spawn(connection::run(ConnId(n), stream, peer, events.clone(), input.clone(), traffic.clone()));
     }
 }
 

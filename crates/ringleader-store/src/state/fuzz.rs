@@ -94,7 +94,7 @@ fn keys(s: &mut Script<'_>) -> Option<Vec<String>> {
 }
 
 fn request(s: &mut Script<'_>) -> Option<Request> {
-    Some(match s.byte()? % 17 {
+    Some(match s.byte()? % 18 {
         0 => Request::Set { key: key(s)?, value: value(s)? },
         1 => Request::Get { key: key(s)?, timeout: timeout(s)? },
         2 => Request::TryGet { key: key(s)? },
@@ -117,6 +117,7 @@ fn request(s: &mut Script<'_>) -> Option<Request> {
         13 => Request::Heartbeat { payload: value(s)? },
         14 => Request::Leave,
         15 => Request::AbortJob { record: value(s)? },
+        16 => Request::Changes { since: u64::from(s.byte()?), timeout: timeout(s)? },
         _ => Request::Status { since: if s.flag()? { Some(u64::from(s.byte()?)) } else { None }, timeout: timeout(s)? },
     })
 }

@@ -381,6 +381,7 @@ impl ServerState {
             world_size: world,
             changed: now,
             heartbeat: None,
+            generation: 0,
         };
         let cost = entry.cost();
         run.ranks.insert(rank, entry);
@@ -388,7 +389,7 @@ impl ServerState {
         run.used += cost;
         self.used += cost;
         if let Some(mut cx) = self.cx(&a.run, now) {
-            cx.bump(out);
+            cx.event(Some(rank), out);
         }
     }
 

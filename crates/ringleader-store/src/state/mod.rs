@@ -316,6 +316,11 @@ fn response_weight(resp: &Response) -> u64 {
         Response::Value(v) | Response::MaybeValue(Some(v)) => BASE + v.len() as u64,
         Response::Values(vs) => BASE + vs.iter().map(|v| ITEM + v.len() as u64).sum::<u64>(),
         Response::Keys(ks) | Response::Timeout { missing: ks } => BASE + texts(ks),
+        Response::Changes(c) => {
+            let ranks: u64 =
+                c.ranks.iter().map(|r| run::RANK + (r.host.len() + r.version.len() + r.heartbeat.len()) as u64).sum();
+            BASE + ranks + c.abort.as_ref().map_or(0, |a| a.len() as u64)
+        }
         Response::Status(s) => {
             let ranks: u64 =
                 s.ranks.iter().map(|r| run::RANK + (r.host.len() + r.version.len() + r.heartbeat.len()) as u64).sum();

@@ -16,6 +16,11 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
+/// Most bytes of ranks one answer to a `changes` request carries; a
+/// reader far behind (or new) gets the rest in further answers, so no
+/// answer grows with the world size.
+pub(super) const CHANGES_CHUNK: u64 = 1 << 20;
+
 /// One run, with the store-wide books it shares with the others.
 pub(super) struct Cx<'a> {
     pub(super) run: &'a mut Run,
@@ -50,6 +55,7 @@ impl Cx<'_> {
             Request::Leave => self.leave(conn, out),
             Request::AbortJob { record } => self.abort_job(conn, record, out),
             Request::Status { since, timeout } => return self.wait_status(conn, id, since, timeout),
+            Request::Changes { since, timeout } => return self.wait_changes(conn, id, since, timeout),
         })
     }
 
@@ -351,7 +357,7 @@ impl Cx<'_> {
         let weight = match kind {
             WaitKind::Get => BASE + keys.first().map_or(0, len),
             WaitKind::MultiGet => keys.iter().fold(BASE, |w, k| w.saturating_add(ITEM + len(k))),
-            WaitKind::Wait | WaitKind::Status { .. } => BASE,
+            WaitKind::Wait | WaitKind::Status { .. } | WaitKind::Changes { .. } => BASE,
         };
         if let Err(refused) = self.answer_room(conn, weight) {
             return refused;
@@ -360,7 +366,7 @@ impl Cx<'_> {
         match kind {
             WaitKind::Get => Response::Value(keys.first().map(value).unwrap_or_default()),
             WaitKind::MultiGet => Response::Values(keys.iter().map(value).collect()),
-            WaitKind::Wait | WaitKind::Status { .. } => Response::Ok,
+            WaitKind::Wait | WaitKind::Status { .. } | WaitKind::Changes { .. } => Response::Ok,
         }
     }
 
@@ -446,6 +452,7 @@ impl Cx<'_> {
             self.release(w.cost);
             let resp = match w.kind {
                 WaitKind::Status { .. } => self.status_answer(w.conn),
+                WaitKind::Changes { since } => self.changes_answer(w.conn, since),
                 _ => Response::Timeout { missing: self.missing(&w.keys) },
             };
             self.deliver(w.conn, w.id, resp, out);
@@ -473,12 +480,36 @@ impl Cx<'_> {
         }
     }
 
-    /// Records a job event and answers the status polls waiting for one.
-    pub(super) fn bump(&mut self, out: &mut Outbox) {
-        self.run.generation += 1;
+    /// The changes after `since` for `conn`: as many as fit in
+    /// [`CHANGES_CHUNK`] bytes (the reader asks again for the rest).
+    fn changes_answer(&self, conn: ConnId, since: u64) -> Response {
+        let plan = self.run.changes_since(since, CHANGES_CHUNK);
+        match self.answer_room(conn, plan.weight) {
+            Ok(()) => Response::Changes(self.run.changes(&plan, self.now)),
+            Err(refused) => refused,
+        }
+    }
+
+    /// Answers at once when a change newer than `since` happened, else
+    /// parks the poll until one does or the timeout passes (then it answers
+    /// no changes).
+    fn wait_changes(&mut self, conn: ConnId, id: u64, since: u64, timeout: Duration) -> Option<Response> {
+        if since == self.run.generation && !timeout.is_zero() {
+            return self.park(conn, id, WaitKind::Changes { since }, vec![], timeout, WAITER, &[]).err();
+        }
+        Some(self.changes_answer(conn, since))
+    }
+
+    /// Records a job event (a rank's liveness change, or the abort record
+    /// when `rank` is `None`) and answers the polls waiting for one.
+    pub(super) fn event(&mut self, rank: Option<u32>, out: &mut Outbox) {
+        self.run.record_event(rank);
         for wid in self.run.waiters.status_due(self.run.generation) {
             if let Some(w) = self.unpark(wid) {
-                let resp = self.status_answer(w.conn);
+                let resp = match w.kind {
+                    WaitKind::Changes { since } => self.changes_answer(w.conn, since),
+                    _ => self.status_answer(w.conn),
+                };
                 self.deliver(w.conn, w.id, resp, out);
             }
         }
@@ -502,7 +533,7 @@ impl Cx<'_> {
         tracing::warn!(record = %String::from_utf8_lossy(&record[..record.len().min(512)]), "job abort record set");
         self.charge(record.len() as u64);
         self.run.abort = Some(record);
-        self.bump(out);
+        self.event(None, out);
         Response::Bool(true)
     }
 
@@ -552,14 +583,19 @@ impl Cx<'_> {
             return;
         }
         match liveness {
-            Liveness::Vanished => {
+            // Once the job has aborted, ranks going away is its teardown, not
+            // news: a line each would make a big job's log grow with its size.
+            Liveness::Vanished if self.run.abort.is_none() => {
                 tracing::warn!(rank, host = %entry.host, pid = entry.pid, "rank vanished without leaving")
+            }
+            Liveness::Vanished => {
+                tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank vanished after the job aborted")
             }
             _ => tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank left"),
         }
         entry.liveness = liveness;
         entry.changed = self.now;
-        self.bump(out);
+        self.event(Some(rank), out);
     }
 }
 

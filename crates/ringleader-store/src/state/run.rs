@@ -13,7 +13,7 @@
 
 use super::waiters::Waiters;
 use super::ConnId;
-use crate::job::{JobStatus, Liveness, RankStatus};
+use crate::job::{JobChanges, JobStatus, Liveness, RankStatus};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -51,6 +51,9 @@ pub(super) struct RankEntry {
     pub(super) changed: Instant,
     /// When the last heartbeat arrived, and its payload.
     pub(super) heartbeat: Option<(Instant, Vec<u8>)>,
+    /// The job generation of its last liveness change (its key in
+    /// [`Run::changed`]).
+    pub(super) generation: u64,
 }
 
 impl RankEntry {
@@ -87,6 +90,17 @@ impl RankEntry {
     }
 }
 
+/// Which changes an answer to a `changes` request carries (see
+/// [`Run::changes_since`]).
+#[derive(Debug)]
+pub(super) struct ChangesPlan {
+    pub(super) ranks: Vec<u32>,
+    pub(super) upto: u64,
+    pub(super) abort: bool,
+    pub(super) more: bool,
+    pub(super) weight: u64,
+}
+
 /// One run: the keys, ranks, waits and events of one job.
 #[derive(Debug, Default)]
 pub(super) struct Run {
@@ -95,7 +109,15 @@ pub(super) struct Run {
     pub(super) waiters: Waiters,
     /// Counts job events; status long-polls wait for it to pass theirs.
     pub(super) generation: u64,
+    /// Every rank that left or vanished, under the generation of that
+    /// change, so that the changes after a generation are a range, not a
+    /// scan of every rank. Joins are not here: they advance the generation,
+    /// but every rank joins before a job runs, so a reader starting from
+    /// generation 0 reads only the departures (the status lists the rest).
+    pub(super) changed: BTreeMap<u64, u32>,
     pub(super) abort: Option<Vec<u8>>,
+    /// The generation at which the abort record was set.
+    pub(super) abort_generation: u64,
     /// Bytes charged to this run (see the module docs).
     pub(super) used: u64,
     /// The largest world size a member of this run declared.
@@ -115,6 +137,64 @@ impl Run {
             generation: self.generation,
             ranks: self.ranks.iter().map(|(r, e)| e.status(*r, now)).collect(),
             abort: self.abort.clone(),
+        }
+    }
+
+    /// The changes after generation `since` for an answer of at most
+    /// about `budget` bytes (at least one rank's change, so that a reader
+    /// always advances): the ranks, the generation the answer brings the
+    /// reader to, whether the abort record belongs in it, whether more
+    /// remain, and what the answer weighs (see `weight`). A `since` ahead
+    /// of this run (a reader of an earlier store) reads from the start.
+    pub(super) fn changes_since(&self, since: u64, budget: u64) -> ChangesPlan {
+        let since = if since > self.generation { 0 } else { since };
+        let mut plan = ChangesPlan { ranks: Vec::new(), upto: self.generation, abort: false, more: false, weight: 0 };
+        let mut weight = super::BASE;
+        for (&generation, &rank) in self.changed.range(since + 1..) {
+            let Some(entry) = self.ranks.get(&rank) else { continue };
+            let cost = entry.cost();
+            if !plan.ranks.is_empty() && weight.saturating_add(cost) > budget {
+                plan.upto = generation - 1;
+                plan.more = true;
+                break;
+            }
+            weight = weight.saturating_add(cost);
+            plan.ranks.push(rank);
+        }
+        plan.abort = self.abort.is_some() && self.abort_generation > since && self.abort_generation <= plan.upto;
+        if plan.abort {
+            weight = weight.saturating_add(self.abort.as_ref().map_or(0, |a| a.len() as u64));
+        }
+        plan.weight = weight;
+        plan
+    }
+
+    /// The answer `plan` describes, as seen now.
+    pub(super) fn changes(&self, plan: &ChangesPlan, now: Instant) -> JobChanges {
+        JobChanges {
+            generation: plan.upto,
+            ranks: plan.ranks.iter().filter_map(|r| Some(self.ranks.get(r)?.status(*r, now))).collect(),
+            abort: if plan.abort { self.abort.clone() } else { None },
+            more: plan.more,
+        }
+    }
+
+    /// A job event: the generation advances, and a rank's liveness change
+    /// (`None`: the abort record) is filed under it.
+    pub(super) fn record_event(&mut self, rank: Option<u32>) {
+        self.generation += 1;
+        let g = self.generation;
+        match rank {
+            Some(rank) => {
+                if let Some(e) = self.ranks.get_mut(&rank) {
+                    self.changed.remove(&e.generation);
+                    e.generation = g;
+                    if e.liveness != Liveness::Connected {
+                        self.changed.insert(g, rank);
+                    }
+                }
+            }
+            None => self.abort_generation = g,
         }
     }
 

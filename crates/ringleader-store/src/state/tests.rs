@@ -809,3 +809,109 @@ fn connections_other_than_the_ranks_are_closed_after_a_long_silence() {
     }
     h.state.check_invariants().unwrap();
 }
+
+fn changes_since(since: u64, ms: u64) -> Request {
+    Request::Changes { since, timeout: Duration::from_millis(ms) }
+}
+
+#[test]
+fn a_changes_poll_carries_only_the_ranks_that_changed_and_ignores_heartbeats() {
+    let mut h = Harness::new();
+    let watcher = h.aux();
+    let members: Vec<ConnId> = (0..4).map(|r| h.member(r, 100 + r, 0)).collect();
+    let gen = h.status(0).generation;
+    assert_eq!(gen, 4, "one event per member that joined");
+    let Response::Changes(start) = h.ask(watcher, changes_since(0, 0), 5) else { panic!() };
+    assert_eq!((start.generation, start.ranks.len()), (gen, 0), "joins advance the generation, unlisted");
+
+    assert!(h.send(watcher, 2, changes_since(gen, 5000), 10).is_empty());
+    let beat = h.send(members[0], 9, Request::Heartbeat { payload: b"#7".to_vec() }, 15);
+    assert_eq!(answer(&beat, members[0], 9), Response::Ok, "a heartbeat wakes no one");
+    let out = h.state.connection_closed(members[1], h.at(20));
+    let Response::Changes(c) = answer(&out, watcher, 2) else { panic!("{out:?}") };
+    assert_eq!((c.generation, c.more, c.abort.as_deref()), (gen + 1, false, None));
+    assert_eq!(c.ranks.len(), 1);
+    assert_eq!((c.ranks[0].rank, c.ranks[0].liveness, c.ranks[0].pid), (1, Liveness::Vanished, 101));
+
+    // Nothing new: the poll parks, and its timeout answers no changes.
+    assert!(h.send(watcher, 3, changes_since(c.generation, 250), 30).is_empty());
+    let out = h.state.handle_timeout(h.at(280));
+    let Response::Changes(quiet) = answer(&out, watcher, 3) else { panic!("{out:?}") };
+    assert_eq!((quiet.generation, quiet.ranks.len(), quiet.abort), (c.generation, 0, None));
+
+    // The abort record is a change of its own.
+    assert!(h.send(watcher, 4, changes_since(c.generation, 5000), 300).is_empty());
+    let out = h.send(members[2], 5, Request::AbortJob { record: b"rank 1 died".to_vec() }, 310);
+    let Response::Changes(a) = answer(&out[1..], watcher, 4) else { panic!("{out:?}") };
+    assert_eq!((a.ranks.len(), a.abort.as_deref()), (0, Some(&b"rank 1 died"[..])));
+
+    // A view that starts empty at generation 0 holds, after the changes,
+    // every rank that is not connected, as the status has them, and the
+    // abort record: the joins are not listed.
+    let mut view = JobStatus::default();
+    h.send(members[3], 6, Request::Leave, 320);
+    loop {
+        let Response::Changes(c) = h.ask(watcher, changes_since(view.generation, 0), 330) else { panic!() };
+        let more = c.more;
+        view.apply(c);
+        if !more {
+            break;
+        }
+    }
+    let mut now = h.status(330);
+    now.ranks.retain(|r| r.liveness != Liveness::Connected);
+    let liveness = |s: &JobStatus| s.ranks.iter().map(|r| (r.rank, r.liveness, r.pid)).collect::<Vec<_>>();
+    assert_eq!(liveness(&view), vec![(1, Liveness::Vanished, 101), (3, Liveness::Left, 103)]);
+    assert_eq!(liveness(&view), liveness(&now));
+    assert_eq!((view.generation, view.abort.clone()), (now.generation, now.abort.clone()));
+}
+
+#[test]
+fn changes_come_in_bounded_chunks_that_add_up_to_every_rank() {
+    let mut h = Harness::new();
+    let world = 200;
+    for r in 0..world {
+        let mut hi = hello(Role::Member, Some(r), 1000 + r);
+        hi.world_size = Some(world);
+        let (conn, reply, _) = h.open(hi, None, 0);
+        assert!(matches!(reply, ServerMsg::Welcome(_)), "{reply:?}");
+        let big = Request::Heartbeat { payload: vec![b'b'; MAX_HEARTBEAT] };
+        assert_eq!(h.ask(conn, big, 1), Response::Ok);
+        assert_eq!(h.ask(conn, Request::Leave, 1), Response::Ok);
+    }
+    let watcher = h.aux();
+    let (mut since, mut seen, mut answers) = (0, Vec::new(), 0);
+    loop {
+        let out = h.send(watcher, 1, changes_since(since, 0), 2);
+        let resp = answer(&out, watcher, 1);
+        assert!(weight(&out[0].1) <= ops::CHANGES_CHUNK + MAX_HEARTBEAT as u64, "an answer stays bounded");
+        let Response::Changes(c) = resp else { panic!("{resp:?}") };
+        assert!(c.generation > since, "every answer advances");
+        seen.extend(c.ranks.iter().map(|r| r.rank));
+        since = c.generation;
+        answers += 1;
+        h.state.written(watcher, weight(&out[0].1));
+        if !c.more {
+            break;
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..world as usize).collect::<Vec<_>>());
+    assert!(answers >= 3, "{world} ranks of 16 KiB heartbeats need several answers, got {answers}");
+    assert_eq!(since, h.status(2).generation);
+}
+
+#[test]
+fn a_changes_poll_from_ahead_of_the_store_reads_from_the_start() {
+    let mut h = Harness::new();
+    let watcher = h.aux();
+    let (r0, _, r3) = (h.member(0, 100, 0), h.member(1, 101, 0), h.member(3, 103, 0));
+    h.state.connection_closed(r3, h.at(1));
+    h.ask(r0, Request::Leave, 1);
+    // A reader that knew an earlier store of the same address asks past
+    // this one's generation: it gets every departure at once, not a wait.
+    let Response::Changes(c) = h.ask(watcher, changes_since(1000, 5000), 2) else { panic!() };
+    let got: Vec<(usize, Liveness)> = c.ranks.iter().map(|r| (r.rank, r.liveness)).collect();
+    assert_eq!(got, vec![(3, Liveness::Vanished), (0, Liveness::Left)]);
+    assert_eq!(c.generation, 5);
+}

@@ -25,6 +25,18 @@ pub(super) enum WaitKind {
     MultiGet,
     /// The job status, once the generation is past `since`.
     Status { since: u64 },
+    /// The changes after `since`, once there is one.
+    Changes { since: u64 },
+}
+
+impl WaitKind {
+    /// The generation a job-event wait waits to pass.
+    fn since(self) -> Option<u64> {
+        match self {
+            WaitKind::Status { since } | WaitKind::Changes { since } => Some(since),
+            _ => None,
+        }
+    }
 }
 
 /// One parked request.
@@ -59,7 +71,7 @@ impl Waiters {
         for key in missing {
             self.index_key(wid, key);
         }
-        if matches!(w.kind, WaitKind::Status { .. }) {
+        if w.kind.since().is_some() {
             self.on_status.insert(wid);
         }
         self.by_conn.entry(w.conn).or_default().insert(wid);
@@ -119,15 +131,13 @@ impl Waiters {
         woken.into_iter().collect()
     }
 
-    /// The status waiters whose `since` is below `generation`.
+    /// The job-event waiters (status and changes) whose `since` is below
+    /// `generation`.
     pub(super) fn status_due(&self, generation: u64) -> Vec<WaiterId> {
         self.on_status
             .iter()
             .copied()
-            .filter(|wid| {
-                matches!(self.all.get(wid).map(|w| w.kind),
-                    Some(WaitKind::Status { since }) if since < generation)
-            })
+            .filter(|wid| self.all.get(wid).and_then(|w| w.kind.since()).is_some_and(|since| since < generation))
             .collect()
     }
 
