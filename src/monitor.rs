@@ -42,6 +42,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// world-size times.
 const STALL_STATUS_MAX_WORLD: usize = 1024;
 
+/// A connected rank whose last heartbeat is this old is silent (the store
+/// pushes it after its own `silent_after`, 3 s by default).
+const SILENT_AFTER: Duration = Duration::from_secs(3);
+
 /// The job after the store's changes since `view` (from generation 0, an
 /// empty view, when there is none yet: the departures so far, not every
 /// rank), waiting up to `wait` for the first change; this communicator's
@@ -118,6 +122,9 @@ struct Monitor {
     dog: Watchdog,
     /// The ranks the last stall warning named as late.
     late: Vec<Rank>,
+    /// The ranks this rank warned of as silent (the store pushed that they
+    /// stopped heartbeating while this rank waited for them).
+    silent: Vec<Rank>,
     arrivals: crate::arrivals::ArrivalWatch,
     pids: PidWatch,
 }
@@ -149,6 +156,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 published: false,
                 dog: Watchdog::new(stall_warn),
                 late: Vec::new(),
+                silent: Vec::new(),
                 arrivals: Default::default(),
                 pids,
             }
@@ -220,6 +228,9 @@ impl Monitor {
         match catch_up(store, self.last_status.clone(), self.shared.world, TICK) {
             Ok(status) => {
                 self.news(&status);
+                if !self.shared.abort.is_aborted() {
+                    self.silence_news(&status);
+                }
                 self.last_status = Some(status);
             }
             Err(e) => self.store_lost(e),
@@ -275,6 +286,38 @@ impl Monitor {
             };
             sh.abort.abort(reason);
             return;
+        }
+    }
+
+    /// Warns, once per episode, of a rank this one waits for that the store
+    /// says stopped heartbeating while connected: a stopped (SIGSTOP, a
+    /// debugger) or frozen process, named long before the watchdog's
+    /// timeout, which still decides. Only the ranks that wait for it warn.
+    fn silence_news(&mut self, status: &JobStatus) {
+        let sh = &self.shared;
+        for r in &status.ranks {
+            if r.rank == sh.rank || r.liveness != Liveness::Connected {
+                continue;
+            }
+            let silent = r.heartbeat_age.is_some_and(|a| a >= SILENT_AFTER);
+            let warned = self.silent.contains(&r.rank);
+            if silent && !warned && sh.awaited.contains(r.rank) {
+                self.silent.push(r.rank);
+                let age = r.heartbeat_age.unwrap_or_default().as_secs_f64();
+                let running = sh.current.lock().map_or(String::new(), |(seq, fp)| format!(" in {} #{seq}", fp.op));
+                log::warn(
+                    &sh.cfg,
+                    &format!(
+                        "rank {} ({} pid {}) has sent no heartbeat for {age:.1} s while this rank waits for it{running}:                          stopped (SIGSTOP, a debugger) or frozen? (the collective's timeout, {:.0} s, decides)",
+                        sh.cfg.global(r.rank),
+                        r.host,
+                        r.pid,
+                        sh.cfg.timeout.as_secs_f64()
+                    ),
+                );
+            } else if !silent && warned {
+                self.silent.retain(|&x| x != r.rank);
+            }
         }
     }
 

@@ -598,3 +598,35 @@ fn ranks_at_the_same_pace_raise_no_straggler_warning() {
         assert!(!o.stderr.contains("[straggler]"), "rank {}: {}", o.rank, o.stderr);
     }
 }
+
+#[test]
+fn a_stopped_rank_is_named_as_silent_long_before_the_timeout() {
+    let marks = mark_dir();
+    let spec =
+        JobSpec::new(3, "busy").env("RL_MARK_DIR", marks.to_str().unwrap()).env("RINGLEADER_TIMEOUT", "60").limit(60);
+    let job = start(&spec);
+    wait_mark(&marks, "busy1", 20);
+    let victim = job.pid(1);
+    signal(victim, 19); // SIGSTOP
+                        // The store pushes the silence 3 s after the last heartbeat; the kill
+                        // 8 s after the stop ends the job long before its 60 s timeout.
+    std::thread::sleep(Duration::from_secs(8));
+    signal(victim, 9);
+    let outs = job.finish();
+    let warned: Vec<&str> = outs
+        .iter()
+        .filter(|o| o.rank != 1)
+        .flat_map(|o| o.stderr.lines())
+        .filter(|l| l.contains("has sent no heartbeat"))
+        .collect();
+    assert!(!warned.is_empty(), "no silence warning: {:?}", outs.iter().map(|o| &o.stderr).collect::<Vec<_>>());
+    for l in &warned {
+        assert!(l.contains("rank 1 (") && l.contains(&format!("pid {victim})")), "{l}");
+        assert!(l.contains("stopped (SIGSTOP"), "{l}");
+    }
+    assert!(warned.len() <= 2, "only the ranks that wait for it warn: {warned:?}");
+    eprintln!("{}", warned[0]);
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        assert_eq!(err_of(o).kind, "peer-died", "{}", o.stderr);
+    }
+}

@@ -298,6 +298,17 @@ fn fmt_note(note: &Option<String>) -> String {
     note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
 }
 
+/// Keys for a message: the first few, then how many more (a wait for every
+/// rank's key would otherwise print them all).
+fn fmt_keys(keys: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = keys.iter().take(SHOWN).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if keys.len() > SHOWN {
+        s += &format!(" and {} more", keys.len() - SHOWN);
+    }
+    s
+}
+
 fn fmt_secs(d: &Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -347,7 +358,7 @@ pub enum Error {
     },
 
     /// A bounded store wait ran out.
-    #[error("[timeout] waited {} for key(s) {} at the store {addr}", fmt_secs(.waited), .keys.join(", "))]
+    #[error("[timeout] waited {} for key(s) {} at the store {addr}", fmt_secs(.waited), fmt_keys(.keys))]
     StoreTimeout {
         /// host:port of the store.
         addr: String,
@@ -737,6 +748,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use crate::types::DType;
+
+    #[test]
+    fn a_store_timeout_names_a_few_keys_and_counts_the_rest() {
+        let keys: Vec<String> = (0..256).map(|r| format!("rl/rank/{r}")).collect();
+        let e = Error::StoreTimeout { addr: "h:1".into(), keys, waited: Duration::from_secs(7) };
+        let text = e.to_string();
+        assert!(text.contains("rl/rank/7 and 248 more at the store h:1"), "{text}");
+        assert!(!text.contains("rl/rank/8,"), "{text}");
+    }
 
     #[test]
     fn every_kind_has_a_code_and_name() {

@@ -42,6 +42,7 @@ pub(crate) fn limits() -> Limits {
         idle_timeout: Duration::from_secs(3),
         runs: 3,
         run_linger: Duration::from_secs(2),
+        silent_after: Duration::from_secs(1),
     }
 }
 

@@ -73,6 +73,11 @@ pub struct Limits {
     /// How long such a store keeps a run after its last connection closed
     /// (for `ringleader status` after the job ended). Default 10 minutes.
     pub run_linger: Duration,
+    /// How long a connected rank may go without a heartbeat before the
+    /// store tells the ranks following its changes that it went silent (a
+    /// stopped or frozen process keeps its connection open). Ranks
+    /// heartbeat every 500 ms. Default 3 s.
+    pub silent_after: Duration,
 }
 
 impl Default for Limits {
@@ -96,6 +101,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(600),
             runs: 64,
             run_linger: Duration::from_secs(600),
+            silent_after: Duration::from_secs(3),
         }
     }
 }

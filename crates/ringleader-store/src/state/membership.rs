@@ -382,9 +382,16 @@ impl ServerState {
             changed: now,
             heartbeat: None,
             generation: 0,
+            silent: false,
+            beat_at: now,
+            was_silent: false,
         };
         let cost = entry.cost();
-        run.ranks.insert(rank, entry);
+        if let Some(old) = run.ranks.insert(rank, entry) {
+            run.beats.remove(&(old.beat_at, rank));
+            run.changed.remove(&old.generation);
+        }
+        run.beats.insert((now, rank));
         run.world = run.world.max(world);
         run.used += cost;
         self.used += cost;

@@ -32,6 +32,7 @@ mod waiters;
 pub use limits::Limits;
 
 use crate::codec::{Response, ServerMsg, WireError};
+use crate::job::Liveness;
 use membership::Conn;
 use ops::Cx;
 use run::Run;
@@ -139,7 +140,9 @@ impl ServerState {
             None => self.runs.values().filter_map(|r| r.idle_since.and_then(|t| t.checked_add(linger))).min(),
         };
         let silent = self.idle.first().map(|(at, _)| *at);
-        waits.chain(hello).chain(idle).chain(silent).min()
+        let after = self.limits.silent_after;
+        let beats = self.runs.values().filter_map(|r| r.beats.first().and_then(|(t, _)| t.checked_add(after)));
+        waits.chain(hello).chain(idle).chain(silent).chain(beats).min()
     }
 
     /// Answers every wait whose deadline passed (key waits with the keys
@@ -153,6 +156,7 @@ impl ServerState {
         for id in ids {
             if let Some(mut cx) = self.cx(&id, now) {
                 cx.expire_waits(&mut out);
+                cx.expire_silence(&mut out);
             }
         }
         if self.serves.is_none() {
@@ -245,6 +249,15 @@ impl ServerState {
             }
             if helpers != run.helpers || helpers.values().any(|n| *n > self.limits.helpers_per_rank) {
                 return Err(format!("run {id:?} counts helpers {:?}, {helpers:?} are open", run.helpers));
+            }
+            for (rank, e) in &run.ranks {
+                let indexed = run.beats.contains(&(e.beat_at, *rank));
+                if indexed != (e.liveness == Liveness::Connected && !e.silent) {
+                    return Err(format!("rank {rank} of run {id:?}: indexed by heartbeat {indexed}, {e:?}"));
+                }
+            }
+            if run.beats.len() > run.ranks.len() {
+                return Err(format!("run {id:?} indexes {} heartbeats for {} ranks", run.beats.len(), run.ranks.len()));
             }
             for w in run.waiters.iter() {
                 if !matches!(self.conns.get(&w.conn), Some(Conn::Ready(s)) if s.run == *id) {

@@ -51,7 +51,7 @@ impl Cx<'_> {
             Request::MultiSet { pairs } => self.set(conn, pairs, out),
             Request::Append { key, value } => self.append(conn, key, value, out),
             Request::KeysWithPrefix { prefix } => self.keys_with_prefix(conn, &prefix),
-            Request::Heartbeat { payload } => self.heartbeat(conn, payload),
+            Request::Heartbeat { payload } => self.heartbeat(conn, payload, out),
             Request::Leave => self.leave(conn, out),
             Request::AbortJob { record } => self.abort_job(conn, record, out),
             Request::Status { since, timeout } => return self.wait_status(conn, id, since, timeout),
@@ -552,7 +552,7 @@ impl Cx<'_> {
         Response::Ok
     }
 
-    fn heartbeat(&mut self, conn: ConnId, payload: Vec<u8>) -> Response {
+    fn heartbeat(&mut self, conn: ConnId, payload: Vec<u8>, out: &mut Outbox) -> Response {
         if payload.len() > MAX_HEARTBEAT {
             return invalid("heartbeat", format!("{} bytes is over the {MAX_HEARTBEAT}-byte limit", payload.len()));
         }
@@ -569,8 +569,19 @@ impl Cx<'_> {
         };
         entry.heartbeat = Some((self.now, payload));
         let new = entry.heartbeat.as_ref().map_or(0, |(_, p)| p.len());
+        let was_silent = std::mem::replace(&mut entry.silent, false);
+        let (before, now) = (std::mem::replace(&mut entry.beat_at, self.now), self.now);
+        if entry.liveness == Liveness::Connected {
+            self.run.beats.remove(&(before, rank));
+            self.run.beats.insert((now, rank));
+        }
         self.charge(new as u64);
         self.release(old as u64);
+        if was_silent {
+            // Beating again is news to the ranks told it went silent.
+            tracing::info!(rank, "rank heartbeats again");
+            self.event(Some(rank), out);
+        }
         Response::Ok
     }
 
@@ -595,7 +606,30 @@ impl Cx<'_> {
         }
         entry.liveness = liveness;
         entry.changed = self.now;
+        entry.silent = false;
+        let at = entry.beat_at;
+        self.run.beats.remove(&(at, rank));
         self.event(Some(rank), out);
+    }
+
+    /// Marks silent the connected ranks whose last heartbeat (or arrival) is
+    /// [`Limits::silent_after`] old, each a job event: a stopped process's
+    /// connection stays open, so only the missing heartbeats tell.
+    pub(super) fn expire_silence(&mut self, out: &mut Outbox) {
+        while let Some(&(at, rank)) = self.run.beats.first() {
+            if at.checked_add(self.limits.silent_after).is_some_and(|t| t > self.now) {
+                break;
+            }
+            self.run.beats.pop_first();
+            let Some(entry) = self.run.ranks.get_mut(&rank) else { continue };
+            if entry.liveness != Liveness::Connected {
+                continue;
+            }
+            entry.silent = true;
+            entry.was_silent = true;
+            tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank went silent (no heartbeat)");
+            self.event(Some(rank), out);
+        }
     }
 }
 

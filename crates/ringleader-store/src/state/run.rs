@@ -14,7 +14,7 @@
 use super::waiters::Waiters;
 use super::ConnId;
 use crate::job::{JobChanges, JobStatus, Liveness, RankStatus};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 /// Bookkeeping charged per key, beside its bytes (the map's node, the
@@ -54,6 +54,14 @@ pub(super) struct RankEntry {
     /// The job generation of its last liveness change (its key in
     /// [`Run::changed`]).
     pub(super) generation: u64,
+    /// Connected, but no heartbeat for [`Limits::silent_after`](super::Limits):
+    /// listed among the changes until it beats again.
+    pub(super) silent: bool,
+    /// Its key in [`Run::beats`] while it is connected and not silent.
+    pub(super) beat_at: Instant,
+    /// It went silent once: from then on each of its changes is listed,
+    /// so that the ranks told it went silent also learn it beats again.
+    pub(super) was_silent: bool,
 }
 
 impl RankEntry {
@@ -115,6 +123,10 @@ pub(super) struct Run {
     /// but every rank joins before a job runs, so a reader starting from
     /// generation 0 reads only the departures (the status lists the rest).
     pub(super) changed: BTreeMap<u64, u32>,
+    /// The connected ranks that are not silent, by their last heartbeat (or
+    /// their arrival): the first ones are the next to go silent, found
+    /// without a scan of every rank.
+    pub(super) beats: BTreeSet<(Instant, u32)>,
     pub(super) abort: Option<Vec<u8>>,
     /// The generation at which the abort record was set.
     pub(super) abort_generation: u64,
@@ -189,7 +201,7 @@ impl Run {
                 if let Some(e) = self.ranks.get_mut(&rank) {
                     self.changed.remove(&e.generation);
                     e.generation = g;
-                    if e.liveness != Liveness::Connected {
+                    if e.liveness != Liveness::Connected || e.silent || e.was_silent {
                         self.changed.insert(g, rank);
                     }
                 }

@@ -740,7 +740,8 @@ fn idle_runs_are_dropped_and_make_room_for_new_ones() {
     let mut h = Harness::with(ServerState::new(
         "*",
         None,
-        Limits { runs: 2, run_linger: Duration::from_secs(60), ..Limits::default() },
+        // Members that never beat would go silent first: not this test's deadline.
+        Limits { runs: 2, run_linger: Duration::from_secs(60), silent_after: Duration::MAX, ..Limits::default() },
     ));
     let (a, _, _) = h.open(of_run("run-a", hello(Role::Member, Some(0), 1)), None, 0);
     let (b, _, _) = h.open(of_run("run-b", hello(Role::Member, Some(0), 1)), None, 0);
@@ -791,7 +792,11 @@ fn a_rank_has_a_few_helpers_and_they_do_not_count_against_the_others() {
 
 #[test]
 fn connections_other_than_the_ranks_are_closed_after_a_long_silence() {
-    let mut h = small(|l| l.idle_timeout = Duration::from_secs(60));
+    let mut h = small(|l| {
+        l.idle_timeout = Duration::from_secs(60);
+        // Its rank never beats: its silence is not this test's deadline.
+        l.silent_after = Duration::MAX;
+    });
     let rank = h.member(0, 1, 0);
     let (helper, _, _) = h.open(hello(Role::Aux, Some(0), 1), None, 0);
     let (quiet, talkative, waiting) = (h.aux(), h.aux(), h.aux());
@@ -914,4 +919,55 @@ fn a_changes_poll_from_ahead_of_the_store_reads_from_the_start() {
     let got: Vec<(usize, Liveness)> = c.ranks.iter().map(|r| (r.rank, r.liveness)).collect();
     assert_eq!(got, vec![(3, Liveness::Vanished), (0, Liveness::Left)]);
     assert_eq!(c.generation, 5);
+}
+
+#[test]
+fn a_rank_that_stops_heartbeating_is_pushed_as_silent_and_again_when_it_beats() {
+    let mut h = Harness::new();
+    let watcher = h.aux();
+    let members: Vec<ConnId> = (0..4).map(|r| h.member(r, 100 + r, 0)).collect();
+    let gen = h.status(0).generation;
+    let beat = |h: &mut Harness, r: usize, ms: u64| {
+        let out = h.send(members[r], 9, Request::Heartbeat { payload: b"#1".to_vec() }, ms);
+        out.into_iter().filter(|(c, _)| *c != members[r]).collect::<Vec<_>>()
+    };
+    // Ranks 0, 1 and 3 beat every 500 ms; rank 2 stops after 1 s.
+    assert!(h.send(watcher, 2, changes_since(gen, 60_000), 10).is_empty());
+    let mut ms = 0;
+    while ms < 3_900 {
+        ms += 500;
+        for r in [0, 1, 3] {
+            assert!(beat(&mut h, r, ms).is_empty(), "a heartbeat wakes no one");
+        }
+        if ms <= 1_000 {
+            assert!(beat(&mut h, 2, ms).is_empty());
+        }
+        let deadline = h.state.poll_timeout().expect("a silence deadline");
+        assert!(deadline >= h.at(ms), "{deadline:?}");
+        if deadline <= h.at(ms + 500) {
+            let out = h.state.handle_timeout(deadline);
+            if !out.is_empty() {
+                let Response::Changes(c) = answer(&out, watcher, 2) else { panic!("{out:?}") };
+                assert_eq!(c.ranks.len(), 1, "{c:?}");
+                let r = &c.ranks[0];
+                assert_eq!((r.rank, r.liveness, r.pid), (2, Liveness::Connected, 102));
+                assert_eq!(deadline, h.at(1_000 + 3_000), "silent 3 s after its last heartbeat");
+                assert!(r.heartbeat_age.unwrap() >= Duration::from_secs(3), "{r:?}");
+                h.state.check_invariants().unwrap();
+                // It beats again: that is news too.
+                assert!(h.send(watcher, 3, changes_since(c.generation, 60_000), 4_100).is_empty());
+                let out = beat(&mut h, 2, 4_200);
+                let Response::Changes(back) = answer(&out, watcher, 3) else { panic!("{out:?}") };
+                assert_eq!(back.ranks.len(), 1);
+                assert_eq!(back.ranks[0].heartbeat_age, Some(Duration::ZERO));
+                h.state.check_invariants().unwrap();
+                // A reader from generation 0 lists it (it went silent once),
+                // not the ranks that never did.
+                let Response::Changes(all) = h.ask(watcher, changes_since(0, 0), 4_300) else { panic!() };
+                assert_eq!(all.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [2]);
+                return;
+            }
+        }
+    }
+    panic!("rank 2 was never pushed as silent");
 }
