@@ -57,6 +57,7 @@ mod pidwatch;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;
+pub mod stacks;
 mod watchdog;
 mod work;
 
