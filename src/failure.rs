@@ -127,7 +127,7 @@ impl Shared {
         let mut mine = agreement::compact(self.snapshot(Some(observation.clone())));
         // Where this rank's threads are, before the snapshot goes out (the
         // decider's verdict shows a culprit's own line from it).
-        mine.stacks = crate::stacks::capture().map(|s| s.compact());
+        mine.stacks = self.failure_stacks().map(|s| s.compact());
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
         if let Some(d) = agreed(&mut store)? {
             return Ok((d, None));
@@ -223,9 +223,9 @@ impl Shared {
         let failed = observation.is_some() || diagnosis.is_some();
         let mut snap = self.snapshot(observation);
         snap.verdict = diagnosis.cloned();
-        // The whole stacks: captured on a failure (once per process, see
-        // crate::stacks), else only what a failure captured lately.
-        let stacks = if failed { crate::stacks::capture() } else { crate::stacks::recent() };
+        // The whole stacks: as of this communicator's failure, else (a dump
+        // on request) only those a failure captured.
+        let stacks = if failed { self.failure_stacks() } else { self.stacks.lock().clone() };
         snap.stacks = stacks.map(|s| (*s).clone());
         if let Some(job) = job {
             snap.job = job;

@@ -244,7 +244,7 @@ impl Monitor {
                 // outside any collective is often the culprit: the
                 // verdict shows its own line from these stacks).
                 let mut snap = crate::agreement::compact(sh.snapshot(None));
-                let stacks = crate::stacks::capture();
+                let stacks = sh.failure_stacks();
                 snap.stacks = stacks.as_ref().map(|s| s.compact());
                 if let Some(store) = self.store.as_mut() {
                     let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());

@@ -77,13 +77,6 @@ fn native_signal() -> Option<i32> {
     }
 }
 
-/// The stacks captured less than [`REUSE`] ago, if any (never captures:
-/// for dumps written on request, in a healthy job).
-pub(crate) fn recent() -> Option<Arc<Stacks>> {
-    let last = LAST.try_lock_for(LOCK_WAIT)?;
-    last.as_ref().filter(|(at, _)| at.elapsed() < REUSE).map(|(_, s)| s.clone())
-}
-
 /// This process's stacks now, or as captured less than [`REUSE`] ago;
 /// `None` when nothing could be captured at all. Bounded: about half a
 /// second for the native stacks plus reading and naming them.
@@ -161,7 +154,20 @@ fn capture_python(py: &PythonDump, out: &mut Stacks) {
         return;
     }
     add_source_lines(&mut out.python);
+    relative_paths(&mut out.python);
     out.at = innermost_user(&out.python, |f| python_internal(f, &py.internal)).map(|(_, f)| f.label());
+}
+
+/// Files under the working directory named relative to it, as call sites
+/// are (`scripts/train.py:45`, not the whole path).
+fn relative_paths(threads: &mut [ringleader_diag::stacks::ThreadStack]) {
+    let Ok(cwd) = std::env::current_dir() else { return };
+    let prefix = format!("{}/", cwd.display());
+    for f in threads.iter_mut().flat_map(|t| t.frames.iter_mut()) {
+        if let Some(rest) = f.file.as_deref().and_then(|p| p.strip_prefix(&prefix)) {
+            f.file = Some(rest.to_string());
+        }
+    }
 }
 
 /// Fills in each Python frame's source line, reading each file once (at

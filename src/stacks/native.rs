@@ -16,12 +16,20 @@
 //! forbid). The handler itself allocates nothing, takes no lock, and
 //! touches only atomics in static slots and `errno` (saved and restored).
 //!
-//! A second effect: a signal interrupts the blocking call a thread is in.
-//! Calls that the kernel restarts (`read`, `write`, ... under
-//! `SA_RESTART`) carry on; sleeps and waits with a timeout (`nanosleep`,
-//! `poll`) return early with `EINTR`. Python and Rust's `std::thread::sleep`
-//! resume the sleep; a C `sleep()` returns the seconds it had left. Again:
-//! only once the job has failed.
+//! A signal also interrupts the blocking call a thread is in. Calls the
+//! kernel restarts (`read`, `write`, a futex wait, ... under `SA_RESTART`)
+//! carry on unseen, but sleeps and waits with a timeout (`nanosleep`,
+//! `poll`, `epoll_wait`, ...) return early with `EINTR`, and a C `sleep()`
+//! then returns with its seconds left: the culprit would move on, and the
+//! verdict would race with it. So a thread blocked in one of those
+//! ([`WAIT_SYSCALLS`], read from `/proc/self/task/TID/syscall`, which a
+//! process may read of itself without ptrace) is not signalled: its stack
+//! is found by scanning its stack memory from the stack pointer the kernel
+//! reports, keeping the words that point just after a call instruction in
+//! executable code ([`scan`]). A scan may keep a stale return address that
+//! a live frame left behind; such stacks carry a note saying how they were
+//! found. Every read of another thread's memory goes through
+//! `process_vm_readv` on this process, which fails instead of faulting.
 
 #![allow(unsafe_code)]
 
@@ -169,6 +177,133 @@ fn task_info(tid: i32, sig: c_int) -> (Option<String>, Option<String>, bool) {
     (comm, state, blocked)
 }
 
+/// Waits that end early, with `EINTR`, when a signal handler runs.
+#[cfg(target_arch = "x86_64")]
+const WAIT_SYSCALLS: &[libc::c_long] = &[
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_pause,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_rt_sigsuspend,
+];
+/// Waits that end early, with `EINTR`, when a signal handler runs.
+#[cfg(not(target_arch = "x86_64"))]
+const WAIT_SYSCALLS: &[libc::c_long] = &[
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_ppoll,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_pwait,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_rt_sigsuspend,
+];
+
+/// Bytes of a thread's stack scanned above its stack pointer.
+const SCAN_BYTES: usize = 64 << 10;
+
+/// The system call thread `tid` is blocked in, if it is one of
+/// [`WAIT_SYSCALLS`]: its number, stack pointer and program counter.
+fn blocked_in_wait(tid: i32) -> Option<(libc::c_long, usize, usize)> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    // `NR arg1 .. arg6 SP PC` while in a system call.
+    if fields.len() != 9 {
+        return None;
+    }
+    let nr: libc::c_long = fields[0].parse().ok()?;
+    let hex = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    WAIT_SYSCALLS.contains(&nr).then_some((nr, hex(fields[7])?, hex(fields[8])?))
+}
+
+/// Copies `buf.len()` bytes at `addr` of this process; false when any of
+/// them is not mapped (never a fault).
+fn read_own(addr: usize, buf: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: buf.len() };
+    // SAFETY: process_vm_readv on this process writes only into `buf`
+    // and reports unmapped source addresses as an error.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+/// This process's executable mappings, and the end of the mapping that
+/// holds `sp` (where its stack ends).
+fn mappings(sp: usize) -> (Vec<(usize, usize)>, Option<usize>) {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut exec = Vec::new();
+    let mut stack_end = None;
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
+        if perms.contains('x') {
+            exec.push((a, b));
+        }
+        if (a..b).contains(&sp) {
+            stack_end = Some(b);
+        }
+    }
+    (exec, stack_end)
+}
+
+/// Whether the instruction ending at `ret` is a call (so `ret` is a
+/// return address).
+fn after_call(ret: usize) -> bool {
+    let mut b = [0u8; 8];
+    if ret < 8 || !read_own(ret - 8, &mut b) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // call rel32 (E8), call r/m (FF /2) in its 2, 3, 6 and 7 byte forms.
+        let reg2 = |m: u8| (m >> 3) & 7 == 2;
+        b[3] == 0xE8
+            || (b[6] == 0xFF && reg2(b[7]) && b[7] >= 0xC0)
+            || (b[5] == 0xFF && reg2(b[6]))
+            || (b[2] == 0xFF && b[3] == 0x15)
+            || (b[1] == 0xFF && reg2(b[2]))
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let insn = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        insn & 0xFC00_0000 == 0x9400_0000 || insn & 0xFFFF_FC1F == 0xD63F_0000
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// A blocked thread's likely frames, from its stack memory: `pc`, then
+/// every word above `sp` that points just after a call in executable code.
+fn scan(sp: usize, pc: usize) -> Vec<usize> {
+    let (exec, end) = mappings(sp);
+    let mut ips = vec![pc];
+    let Some(end) = end else { return ips };
+    let len = (end - sp).min(SCAN_BYTES) & !7;
+    let mut stack = vec![0u8; len];
+    if !read_own(sp, &mut stack) {
+        return ips;
+    }
+    for word in stack.chunks_exact(8) {
+        if ips.len() >= MAX_FRAMES {
+            break;
+        }
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default()) as usize;
+        if exec.iter().any(|&(a, b)| (a..b).contains(&w)) && after_call(w) {
+            ips.push(w);
+        }
+    }
+    ips
+}
+
 /// The default native-stack signal: SIGRTMIN + 7 (Python's dump takes + 6).
 pub(crate) fn default_signal() -> c_int {
     libc::SIGRTMIN() + 7
@@ -196,6 +331,9 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
     }
     let mut threads = Vec::new();
     let mut asked = Vec::new();
+    let mut scanned: Vec<(usize, Vec<usize>)> = Vec::new();
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
     for (i, &tid) in tids.iter().enumerate() {
         let (name, state, blocked) = task_info(tid, sig);
         let slot = &SLOTS[i];
@@ -203,6 +341,21 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
         slot.n.store(0, Ordering::Relaxed);
         slot.tid.store(tid, Ordering::Release);
         let mut note = None;
+        if let Some((nr, sp, pc)) = blocked_in_wait(tid).filter(|_| tid != me) {
+            let ips = scan(sp, pc);
+            threads.push(ThreadStack {
+                id: tid.to_string(),
+                name,
+                state,
+                main: tid == pid,
+                frames: Vec::new(),
+                note: Some(format!(
+                    "blocked in system call {nr}: not signalled (its wait would end early); frames found by scanning its stack"
+                )),
+            });
+            scanned.push((threads.len() - 1, ips));
+            continue;
+        }
         if blocked {
             note = Some(format!("it blocks signal {sig}"));
         } else {
@@ -223,6 +376,9 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut names = Namer::default();
+    for (i, ips) in scanned {
+        threads[i].frames = ips.iter().enumerate().map(|(k, &ip)| names.frame(ip, k == 0)).collect();
+    }
     for (i, t) in threads.iter_mut().enumerate() {
         let slot = &SLOTS[i];
         if t.note.is_some() {

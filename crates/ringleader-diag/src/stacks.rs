@@ -337,7 +337,8 @@ pub fn demangle(sym: &str) -> String {
 
 /// Legacy mangling's escapes (`$LT$`, `..`, ...) read back.
 fn unescape(part: &str) -> String {
-    let part = part.strip_prefix("_$").map_or(part, |p| p.strip_prefix('_').unwrap_or(p));
+    // A leading `_` only escapes a `$` that starts the part.
+    let part = part.strip_prefix('_').filter(|p| p.starts_with('$')).unwrap_or(part);
     let mut s = part.replace("..", "::");
     for (from, to) in [
         ("$LT$", "<"),
@@ -459,6 +460,10 @@ Thread 0x00007f3a00000001 (most recent call first):
         assert_eq!(
             demangle("_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure$u7d$$u7d$$GT$17h9d1ef3cd2d5a0e7cE"),
             "core::ptr::drop_in_place<std::rt::lang_start<()>::{{closure}}>"
+        );
+        assert_eq!(
+            demangle("_ZN10ringleader7failure44_$LT$impl$u20$ringleader..engine..Shared$GT$7resolve17h0123456789abcdefE"),
+            "ringleader::failure::<impl ringleader::engine::Shared>::resolve"
         );
         assert_eq!(demangle("_ZN3foo"), "_ZN3foo");
         assert_eq!(demangle("_ZN99999E"), "_ZN99999E");
