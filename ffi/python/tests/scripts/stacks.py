@@ -11,7 +11,7 @@ its stacks. argv[1]: the API (``numpy`` through ``ringleader.init``, or
   ``decode_batch`` (a native call that holds the GIL), while a second
   Python thread waits for the GIL.
 
-Every rank prints ``R<rank> READY`` after the first all_reduce and, on an
+Every rank prints ``R<rank> READY <time> <pid>`` after the first all_reduce and, on an
 error, ``R<rank> ERROR <json>``, then exits 3.
 """
 
@@ -71,7 +71,7 @@ def main():
         rank, x, all_reduce = pg.rank, np.ones(4, dtype=np.float32), pg.all_reduce
 
     all_reduce(x)  # FIRST CALL
-    say(rank, f"READY {time.time()}")
+    say(rank, f"READY {time.time()} {os.getpid()}")
     try:
         if rank == 1:
             if WHERE == "sleep":
