@@ -332,6 +332,7 @@ impl Shared {
 
     /// Numbers, records and queues an operation.
     pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
+        crate::stacks::note_caller();
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }

@@ -55,6 +55,30 @@ struct PythonDump {
 }
 
 static PYTHON: Mutex<Option<PythonDump>> = Mutex::new(None);
+
+/// The kernel thread id of the thread that last started an operation on
+/// any communicator of this process (0: none yet): whose native stack the
+/// verdict's line is taken from, before the main thread's (a Rust program
+/// may well run its collectives elsewhere).
+static CALLER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+thread_local! {
+    /// This thread's kernel id, read once (a system call) per thread.
+    static TID: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes the calling thread as the one making operations: a thread-local
+/// read and an atomic store, cheap enough for every call.
+pub(crate) fn note_caller() {
+    let tid = TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::syscall(libc::SYS_gettid) } as i32);
+        }
+        t.get()
+    });
+    CALLER.store(tid, std::sync::atomic::Ordering::Relaxed);
+}
 static LAST: Mutex<Option<(Instant, Arc<Stacks>)>> = Mutex::new(None);
 
 /// Registers Python's stack dump: `fd`, a file of this process's own
@@ -99,7 +123,13 @@ pub(crate) fn capture() -> Option<Arc<Stacks>> {
     if let Some(sig) = native_signal() {
         stacks.native = native::capture(sig, &mut stacks.notes);
         if stacks.at.is_none() && python.is_none() {
-            stacks.at = innermost_user(&stacks.native, native_internal).map(|(_, f)| f.label());
+            // The thread that made the last call, else the main thread.
+            let caller = CALLER.load(std::sync::atomic::Ordering::Relaxed).to_string();
+            let mut threads = stacks.native.clone();
+            if threads.iter().any(|t| t.id == caller) {
+                threads.iter_mut().for_each(|t| t.main = t.id == caller);
+            }
+            stacks.at = innermost_user(&threads, native_internal).map(|(_, f)| f.label());
         }
     }
     if stacks.python.is_empty() && stacks.native.is_empty() && stacks.notes.is_empty() {

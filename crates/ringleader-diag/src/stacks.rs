@@ -256,8 +256,8 @@ pub fn python_internal(f: &Frame, prefixes: &[String]) -> bool {
 }
 
 /// Native functions that are not the user's code: Rust's runtime and
-/// standard library, ringleader itself, the unwinder, thread start-up,
-/// and anything without a name.
+/// standard library, ringleader itself, libtest's harness, the unwinder,
+/// thread start-up, and anything without a name.
 const NATIVE_INTERNAL_FUNCTIONS: &[&str] = &[
     "std::",
     "core::",
@@ -268,6 +268,7 @@ const NATIVE_INTERNAL_FUNCTIONS: &[&str] = &[
     "ringleader",
     "<ringleader",
     "parking_lot",
+    "test::",
     "__",
     "_start",
     "start_thread",
@@ -283,7 +284,11 @@ const NATIVE_SYSTEM_DIRS: &[&str] = &["/lib/", "/lib64/", "/usr/lib/", "/usr/lib
 /// Whether a native frame is not the user's: see
 /// `NATIVE_INTERNAL_FUNCTIONS` and `NATIVE_SYSTEM_DIRS`.
 pub fn native_internal(f: &Frame) -> bool {
-    NATIVE_INTERNAL_FUNCTIONS.iter().any(|p| f.function.starts_with(p))
+    // A symbol still mangled is one the demangler could not read: better
+    // skipped than shown as the user's line.
+    let mangled = f.function.starts_with("_R") || f.function.starts_with("_ZN");
+    mangled
+        || NATIVE_INTERNAL_FUNCTIONS.iter().any(|p| f.function.starts_with(p))
         || f.file.as_deref().is_some_and(|o| NATIVE_SYSTEM_DIRS.iter().any(|d| o.starts_with(d)))
 }
 
@@ -312,6 +317,9 @@ pub fn source_line(source: &str, line: u32) -> Option<String> {
 /// assert_eq!(demangle("nanosleep"), "nanosleep");
 /// ```
 pub fn demangle(sym: &str) -> String {
+    if let Some(v0) = sym.strip_prefix("_R") {
+        return V0 { b: v0.as_bytes(), i: 0 }.symbol().unwrap_or_else(|| sym.to_string());
+    }
     let Some(mut rest) = sym.strip_prefix("_ZN") else {
         return sym.to_string();
     };
@@ -333,6 +341,155 @@ pub fn demangle(sym: &str) -> String {
         return sym.to_string();
     }
     parts.join("::")
+}
+
+/// Rust's v0 mangling (`_R...`, what the standard library is built
+/// with), for the paths a stack shows: crate roots, nested names and
+/// closures, and a generic function's path (its arguments left out as
+/// `<..>`). Anything else (impl paths, back-references) is left to the
+/// caller, which keeps the symbol as it is.
+struct V0<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl V0<'_> {
+    fn next(&mut self) -> Option<u8> {
+        let c = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(c)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    /// The whole symbol: an optional encoding version, then a path.
+    fn symbol(&mut self) -> Option<String> {
+        while self.peek()?.is_ascii_digit() {
+            self.i += 1;
+        }
+        if self.peek()? == b'I' {
+            self.i += 1;
+            return Some(format!("{}<..>", self.path(0)?));
+        }
+        self.path(0)
+    }
+
+    fn path(&mut self, depth: usize) -> Option<String> {
+        if depth > 64 {
+            return None;
+        }
+        match self.next()? {
+            b'C' => Some(self.ident()?.1),
+            b'N' => {
+                let ns = self.next()?;
+                let parent = self.path(depth + 1)?;
+                let (dis, id) = self.ident()?;
+                Some(match ns {
+                    b'C' => format!("{parent}::{{closure#{dis}}}"),
+                    b'S' => format!("{parent}::{{shim#{dis}}}"),
+                    _ if id.is_empty() => parent,
+                    _ => format!("{parent}::{id}"),
+                })
+            }
+            // An inherent impl: `<Type>`.
+            b'M' => {
+                self.impl_path(depth)?;
+                Some(format!("<{}>", self.ty(depth + 1)?))
+            }
+            // A trait impl: `<Type as Trait>`.
+            b'X' => {
+                self.impl_path(depth)?;
+                let ty = self.ty(depth + 1)?;
+                Some(format!("<{ty} as {}>", self.path(depth + 1)?))
+            }
+            b'Y' => {
+                let ty = self.ty(depth + 1)?;
+                Some(format!("<{ty} as {}>", self.path(depth + 1)?))
+            }
+            b'B' => self.backref(depth, |p, d| p.path(d)),
+            _ => None,
+        }
+    }
+
+    /// An impl's own path (`[s<base62>_] path`), read past.
+    fn impl_path(&mut self, depth: usize) -> Option<()> {
+        if self.peek()? == b's' {
+            self.i += 1;
+            self.base62()?;
+        }
+        self.path(depth + 1).map(|_| ())
+    }
+
+    /// A type, where it names a path (structs, enums, traits); other types
+    /// (references, tuples, ...) are not read.
+    fn ty(&mut self, depth: usize) -> Option<String> {
+        match self.peek()? {
+            b'C' | b'N' | b'M' | b'X' | b'Y' => self.path(depth),
+            b'B' => {
+                self.i += 1;
+                self.backref(depth, |p, d| p.ty(d))
+            }
+            _ => None,
+        }
+    }
+
+    /// `B<base62>`: what is written at that offset, read there.
+    fn backref(&mut self, depth: usize, read: impl Fn(&mut Self, usize) -> Option<String>) -> Option<String> {
+        let at = usize::try_from(self.base62()?).ok()?;
+        if at >= self.i || depth > 64 {
+            return None;
+        }
+        let back = std::mem::replace(&mut self.i, at);
+        let r = read(self, depth + 1);
+        self.i = back;
+        r
+    }
+
+    /// `[s<base62>_] <decimal> [_] <bytes>`: the disambiguator and the name.
+    fn ident(&mut self) -> Option<(u64, String)> {
+        let mut dis = 0;
+        if self.peek()? == b's' {
+            self.i += 1;
+            dis = self.base62()? + 1;
+        }
+        let punycode = self.peek()? == b'u';
+        if punycode {
+            self.i += 1;
+        }
+        let start = self.i;
+        while self.peek()?.is_ascii_digit() {
+            self.i += 1;
+        }
+        let len: usize = std::str::from_utf8(&self.b[start..self.i]).ok()?.parse().ok()?;
+        if self.peek() == Some(b'_') {
+            self.i += 1;
+        }
+        let name = self.b.get(self.i..self.i.checked_add(len)?)?;
+        self.i += len;
+        Some((dis, String::from_utf8_lossy(name).into_owned()))
+    }
+
+    /// A base-62 number ended by `_` (`_` alone is 0, `0_` is 1, ...).
+    fn base62(&mut self) -> Option<u64> {
+        if self.peek()? == b'_' {
+            self.i += 1;
+            return Some(0);
+        }
+        let mut n: u64 = 0;
+        loop {
+            let c = self.next()?;
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'z' => 10 + c - b'a',
+                b'A'..=b'Z' => 36 + c - b'A',
+                b'_' => return n.checked_add(1),
+                _ => return None,
+            };
+            n = n.checked_mul(62)?.checked_add(u64::from(d))?;
+        }
+    }
 }
 
 /// Legacy mangling's escapes (`$LT$`, `..`, ...) read back.
@@ -465,6 +622,20 @@ Thread 0x00007f3a00000001 (most recent call first):
             demangle("_ZN10ringleader7failure44_$LT$impl$u20$ringleader..engine..Shared$GT$7resolve17h0123456789abcdefE"),
             "ringleader::failure::<impl ringleader::engine::Shared>::resolve"
         );
+        assert_eq!(demangle("_RNvNtNtCsjrHSEGnQ3l9_3std6thread9functions5sleep"), "std::thread::functions::sleep");
+        assert_eq!(
+            demangle("_RNCNvCs1234_7mycrate4main0B3_"),
+            "mycrate::main::{closure#0}",
+            "a closure (the back-reference after it is not read)"
+        );
+        assert_eq!(demangle("_RINvCs1_1a1fE"), "a::f<..>");
+        assert_eq!(
+            demangle("_RNvMNtNtNtNtCsjrHSEGnQ3l9_3std3sys3pal4unix4timeNtB2_8Timespec3now"),
+            "<std::sys::pal::unix::time::Timespec>::now"
+        );
+        // What it does not read stays as it is.
+        assert_eq!(demangle("_RNvMCs1_3fooRe3new"), "_RNvMCs1_3fooRe3new");
+        assert_eq!(demangle("_RNvC"), "_RNvC");
         assert_eq!(demangle("_ZN3foo"), "_ZN3foo");
         assert_eq!(demangle("_ZN99999E"), "_ZN99999E");
     }
