@@ -254,11 +254,7 @@ mod tests {
         t.thread().unpark();
         t.join().unwrap();
         let parked = stacks.native.iter().find(|t| t.name.as_deref() == Some("rl-test-parked")).expect("the thread");
-        assert!(
-            parked.frames.iter().any(|f| f.function.ends_with("park_in_a_named_function")),
-            "{:#?}",
-            parked.frames
-        );
+        assert!(parked.frames.iter().any(|f| f.function.ends_with("park_in_a_named_function")), "{:#?}", parked.frames);
         assert!(stacks.native.iter().any(|t| t.main));
         assert!(Arc::ptr_eq(&stacks, &capture().unwrap()));
     }

@@ -148,11 +148,7 @@ mod tests {
             .unwrap();
         let at = if syms.relative { addr - base } else { addr };
         let name = syms.lookup(at + 1).expect("found");
-        assert!(
-            crate_demangle(name).ends_with("a_function_of_this_test"),
-            "{name} -> {}",
-            crate_demangle(name)
-        );
+        assert!(crate_demangle(name).ends_with("a_function_of_this_test"), "{name} -> {}", crate_demangle(name));
     }
 
     fn crate_demangle(s: &str) -> String {

@@ -118,8 +118,7 @@ extern "C" fn handler(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void)
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-    if let Some(slot) = SLOTS.iter().find(|s| s.tid.load(Ordering::Acquire) == tid && !s.done.load(Ordering::Acquire))
-    {
+    if let Some(slot) = SLOTS.iter().find(|s| s.tid.load(Ordering::Acquire) == tid && !s.done.load(Ordering::Acquire)) {
         slot.n.store(0, Ordering::Relaxed);
         slot.pc.store(interrupted_pc(uc), Ordering::Relaxed);
         // SAFETY: see the module's docs for why an unwinder runs here; the
@@ -167,9 +166,7 @@ fn install(sig: c_int) -> Result<(), String> {
 fn task_info(tid: i32, sig: c_int) -> (Option<String>, Option<String>, bool) {
     let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok().map(|s| s.trim_end().to_string());
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string())
-    };
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string());
     let state = field("State:");
     let blocked = field("SigBlk:")
         .and_then(|m| u64::from_str_radix(&m, 16).ok())
@@ -439,14 +436,14 @@ impl Namer {
         if found && !path.is_empty() {
             object = Some(path.clone());
         }
-        let own = match self.objects.entry(path.clone()).or_insert_with(|| found.then(|| Symbols::load(&path)).flatten())
-        {
-            Some(s) => {
-                let addr = if s.relative { at.wrapping_sub(base) } else { at };
-                s.lookup(addr as u64).map(str::to_string)
-            }
-            None => None,
-        };
+        let own =
+            match self.objects.entry(path.clone()).or_insert_with(|| found.then(|| Symbols::load(&path)).flatten()) {
+                Some(s) => {
+                    let addr = if s.relative { at.wrapping_sub(base) } else { at };
+                    s.lookup(addr as u64).map(str::to_string)
+                }
+                None => None,
+            };
         let function = own.or(exported).map_or_else(|| "??".to_string(), |s| demangle(&s));
         Frame { function, file: object, line: None, text: None, ip: Some(ip as u64) }
     }

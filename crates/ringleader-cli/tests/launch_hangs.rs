@@ -221,7 +221,8 @@ fn the_verdict_shows_the_function_a_rust_rank_sleeps_in() {
     args.extend([exe.to_str().unwrap(), "--exact", "worker", "--nocapture", "-q"]);
     let out = run(&args, Duration::from_secs(60));
     assert!(out.stdout.contains("[rank0]: VERDICT [missed-collective] rank 1"), "{}\n{}", out.stdout, out.stderr);
-    let at = out.stdout.lines().find(|l| l.contains("VERDICT   rank 1 is at ")).unwrap_or_else(|| panic!("{}", out.stdout));
+    let at =
+        out.stdout.lines().find(|l| l.contains("VERDICT   rank 1 is at ")).unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(at.contains("launch_hangs::load_batch_in_rust"), "{at}");
     // Its dump holds every thread's native stack, the sleeping one by
     // name; `ringleader analyze` prints them.

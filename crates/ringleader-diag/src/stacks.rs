@@ -591,12 +591,7 @@ Thread 0x00007f3a00000001 (most recent call first):
             name: Some("main".into()),
             state: None,
             main: true,
-            frames: vec![
-                f("clock_nanosleep"),
-                f("std::thread::sleep"),
-                f("hang_stack::load_batch"),
-                f("main"),
-            ],
+            frames: vec![f("clock_nanosleep"), f("std::thread::sleep"), f("hang_stack::load_batch"), f("main")],
             note: None,
         };
         let (_, at) = innermost_user(std::slice::from_ref(&t), native_internal).unwrap();
@@ -619,7 +614,9 @@ Thread 0x00007f3a00000001 (most recent call first):
             "core::ptr::drop_in_place<std::rt::lang_start<()>::{{closure}}>"
         );
         assert_eq!(
-            demangle("_ZN10ringleader7failure44_$LT$impl$u20$ringleader..engine..Shared$GT$7resolve17h0123456789abcdefE"),
+            demangle(
+                "_ZN10ringleader7failure44_$LT$impl$u20$ringleader..engine..Shared$GT$7resolve17h0123456789abcdefE"
+            ),
             "ringleader::failure::<impl ringleader::engine::Shared>::resolve"
         );
         assert_eq!(demangle("_RNvNtNtCsjrHSEGnQ3l9_3std6thread9functions5sleep"), "std::thread::functions::sleep");
