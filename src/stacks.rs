@@ -11,11 +11,11 @@
 //!   faulthandler needs no GIL: a thread holding the GIL in native code
 //!   does not stop it. The text is read back (bounded) and parsed
 //!   ([`ringleader_diag::stacks`]).
-//! - Native stacks of every thread ([`native`], with its trade-offs), on
+//! - Native stacks of every thread (`stacks/native.rs`, with its trade-offs), on
 //!   `RINGLEADER_NATIVE_STACK_SIGNAL` (default SIGRTMIN+7; 0 turns them
 //!   off).
 //!
-//! A capture is kept for [`REUSE`]: the monitor (for a rank outside any
+//! A capture is kept for `REUSE` (10 s): the monitor (for a rank outside any
 //! collective) and a failing call on the same rank, or a process's several
 //! communicators, share one capture rather than signal every thread again.
 
