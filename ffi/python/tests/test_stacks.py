@@ -143,3 +143,38 @@ def test_stacks_off_leaves_the_verdict_as_it_was(tmp_path):
     err = json.loads(tagged(job, "ERROR")[0])
     assert err["ranks"] == [1] and " is at " not in err["message"], err["message"]
     assert "py-spy dump --pid" in err["message"], err["message"]
+
+
+def test_the_dump_file_is_private_and_has_no_name(monkeypatch):
+    # Without memfds, the fallback: a file made with O_EXCL and mode 0600 in
+    # a fresh private folder, both removed at once; only the descriptor lives.
+    import stat
+    import tempfile
+
+    from ringleader import _stacks
+
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    def ours():
+        return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("ringleader-stacks-")}
+
+    before = ours()
+    fd = _stacks._private_file()
+    try:
+        st = os.fstat(fd)
+        assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_nlink == 0, st
+        assert ours() - before == set()
+        os.write(fd, b"x")
+        assert os.pread(fd, 1, 0) == b"x"
+    finally:
+        os.close(fd)
+
+
+def test_a_malformed_stack_signal_names_the_variable(monkeypatch):
+    from ringleader import _stacks
+
+    for bad in ("soon", "9", "-1"):
+        monkeypatch.setenv("RINGLEADER_STACK_SIGNAL", bad)
+        with pytest.raises(ValueError, match="RINGLEADER_STACK_SIGNAL"):
+            _stacks._signal_number()
+    monkeypatch.setenv("RINGLEADER_STACK_SIGNAL", "0")
+    assert _stacks._signal_number() == 0
