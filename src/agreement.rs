@@ -39,6 +39,12 @@ pub(crate) const CHUNK: usize = 256;
 /// failing collective and those before it, where a mismatch may have
 /// started); the local dump keeps the whole ring.
 pub(crate) const SNAPSHOT_ENTRIES: usize = 32;
+/// A rank that was outside any operation when its snapshot was taken,
+/// its last one completed at least this long before, is settled where it
+/// is (asleep in its own code, a dataloader): it is not on its way into
+/// the stuck collective, so the gather does not wait for it to get there
+/// (which would add the whole [`GATHER`] to every such verdict).
+const SETTLED_IDLE: Duration = Duration::from_secs(1);
 /// Between two reads of the same rank's snapshot (one that is there but
 /// does not show the rank at the failing collective yet).
 const REREAD: Duration = Duration::from_millis(20);
@@ -217,6 +223,7 @@ impl Agreement {
                 s.observation.is_some()
                     || s.beat.last_completed >= q
                     || s.beat.running.as_ref().is_some_and(|r| r.seq >= q)
+                    || settled(s)
             })
         };
         let first = self.first.as_ref().map(|(r, _)| *r);
@@ -284,6 +291,15 @@ pub(crate) fn peers(status: &JobStatus, exits: &BTreeMap<Rank, String>) -> Vec<P
             exit: exits.get(&r.rank).cloned(),
         })
         .collect()
+}
+
+/// Whether `s` shows its rank settled outside any operation (see
+/// [`SETTLED_IDLE`]).
+fn settled(s: &Snapshot) -> bool {
+    let last_done = s.entries.iter().filter_map(|e| e.time_discovered_completed_ns).max();
+    s.beat.running.is_none()
+        && s.beat.p2p.is_empty()
+        && last_done.is_some_and(|t| s.time_ns.saturating_sub(t) >= SETTLED_IDLE.as_nanos() as u64)
 }
 
 /// `snap` as published: its newest [`SNAPSHOT_ENTRIES`] records.
@@ -460,6 +476,40 @@ mod tests {
         assert_eq!(reads_of_5, 3);
         assert!(ev.snapshots.iter().any(|s| s.rank == 5 && s.beat.running.as_ref().is_some_and(|r| r.seq == 4)));
         assert!(now - t0 < GATHER, "decided once rank 5 got there: {:?}", now - t0);
+    }
+
+    /// Rank `r` idle since collective 3, `idle_ms` before its snapshot.
+    fn idle_for(r: Rank, world: usize, idle_ms: u64) -> Snapshot {
+        let fr = ringleader_diag::FlightRecorder::new(4, 10_000);
+        let fp = ringleader_core::Fingerprint::new(ringleader_core::OpKind::AllReduce, ringleader_core::DType::F32, 4);
+        let id = fr.record(fp, 3, 0);
+        fr.started(id);
+        fr.completed(id);
+        let mut s = snap(r, world, 4);
+        s.beat.running = None;
+        s.beat.last_completed = 3;
+        s.entries = fr.entries();
+        let done = s.entries[0].time_discovered_completed_ns.unwrap();
+        s.time_ns = done + idle_ms * 1_000_000;
+        s
+    }
+
+    #[test]
+    fn a_rank_settled_in_its_own_code_is_not_waited_for() {
+        let world = 4;
+        let t0 = Instant::now();
+        let mut published: BTreeMap<Rank, Snapshot> = (0..world).map(|r| (r, snap(r, world, 4))).collect();
+        // Idle for 3 s when it learned of the failure: asleep in its own code.
+        published.insert(3, idle_for(3, world, 3_000));
+        let mut a = Agreement::new(snap(0, world, 4), world, None, true, t0);
+        let (ev, _, took) = play(&mut a, &status(world, &[], &[]), &published, t0);
+        assert_eq!(ev.snapshots.len(), world);
+        assert!(took < GATHER / 4, "{took:?}");
+        // Idle for 50 ms: it may be on its way, so it is waited for.
+        published.insert(3, idle_for(3, world, 50));
+        let mut a = Agreement::new(snap(0, world, 4), world, None, true, t0);
+        let (_, _, took) = play(&mut a, &status(world, &[], &[]), &published, t0);
+        assert!(took >= GATHER, "{took:?}");
     }
 
     #[test]

@@ -205,6 +205,10 @@ pub(crate) struct Shared {
     /// Same-host peers whose process was seen ending (through a pidfd), for
     /// a verdict reached without the store.
     pub ended: Mutex<Vec<Rank>>,
+    /// Where this process's threads were when this communicator first
+    /// learned that the job failed (see [`crate::stacks`]): kept, so that
+    /// every later snapshot and dump of this failure shows that moment.
+    pub stacks: Mutex<Option<Arc<ringleader_diag::stacks::Stacks>>>,
     /// The peers the running collective waits for, as the data plane
     /// publishes them.
     pub awaited: RankSet,
@@ -290,6 +294,7 @@ impl Shared {
             plane: "tcp",
             p2p,
             ended: Mutex::new(Vec::new()),
+            stacks: Mutex::new(None),
             awaited: RankSet::new(world),
             algo: algo::Algo::forced(cfg.algo.as_deref()),
             cfg,
@@ -327,6 +332,7 @@ impl Shared {
 
     /// Numbers, records and queues an operation.
     pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
+        crate::stacks::note_caller();
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
@@ -603,6 +609,16 @@ impl Shared {
     }
 
     /// This rank's snapshot.
+    /// This process's stacks as of this communicator's failure: captured
+    /// the first time it is asked, the same capture after that.
+    pub(crate) fn failure_stacks(&self) -> Option<Arc<ringleader_diag::stacks::Stacks>> {
+        if let Some(s) = self.stacks.lock().clone() {
+            return Some(s);
+        }
+        let s = crate::stacks::capture()?;
+        Some(self.stacks.lock().get_or_insert(s).clone())
+    }
+
     pub(crate) fn snapshot(&self, observation: Option<Observation>) -> Snapshot {
         let mut s = Snapshot::new(self.rank, self.world, &self.host, std::process::id(), &self.cfg.run_id)
             .in_group(self.cfg.group.clone());

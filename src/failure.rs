@@ -123,7 +123,10 @@ impl Shared {
         let mut store = self.store.lock();
         let record = AbortRecord { rank: self.rank, observation: observation.clone() };
         let decides = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
-        let mine = agreement::compact(self.snapshot(Some(observation.clone())));
+        let mut mine = agreement::compact(self.snapshot(Some(observation.clone())));
+        // Where this rank's threads are, before the snapshot goes out (the
+        // decider's verdict shows a culprit's own line from it).
+        mine.stacks = self.failure_stacks().map(|s| s.compact());
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
         if let Some(d) = agreed(&mut store)? {
             return Ok((d, None));
@@ -236,8 +239,13 @@ impl Shared {
         diagnosis: Option<&Diagnosis>,
         job: Option<Vec<PeerView>>,
     ) -> Option<PathBuf> {
+        let failed = observation.is_some() || diagnosis.is_some();
         let mut snap = self.snapshot(observation);
         snap.verdict = diagnosis.cloned();
+        // The whole stacks: as of this communicator's failure, else (a dump
+        // on request) only those a failure captured.
+        let stacks = if failed { self.failure_stacks() } else { self.stacks.lock().clone() };
+        snap.stacks = stacks.map(|s| (*s).clone());
         if let Some(job) = job {
             snap.job = job;
         } else if self.world <= DUMP_STATUS_MAX_WORLD {

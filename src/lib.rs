@@ -22,7 +22,9 @@
 //! Layout: [`algo`](crate) builds each collective's schedule as a plan (pure,
 //! simulated in tests); the engine runs plans in submission order through
 //! the transport's driver; the monitor, failure and monitored-barrier
-//! modules turn trouble into verdicts.
+//! modules turn trouble into verdicts, and [`stacks`] captures where the
+//! process's threads are when the job fails (the verdict shows a
+//! culprit's own line from it).
 //!
 //! The data plane is the `ringleader-transport` crate: links of every
 //! transport behind one `Link` interface, their set-up over the TCP mesh
@@ -57,6 +59,7 @@ mod pidwatch;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;
+pub mod stacks;
 mod watchdog;
 mod work;
 

@@ -251,9 +251,22 @@ impl Monitor {
             if !self.published {
                 // Idle ranks too must say where they are.
                 self.published = true;
-                let snap = crate::agreement::compact(sh.snapshot(None));
+                // Its position first, then where its threads are (a rank
+                // outside any collective is often the culprit: the
+                // verdict shows its own line from these stacks).
+                let mut snap = crate::agreement::compact(sh.snapshot(None));
+                let stacks = sh.failure_stacks();
+                snap.stacks = stacks.as_ref().map(|s| s.compact());
                 if let Some(store) = self.store.as_mut() {
                     let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
+                }
+                // Its dump, with the whole stacks, when it is outside any
+                // collective: such a rank may never make another call that
+                // would write one, and the launcher ends it soon after the
+                // verdict (a rank inside one writes its dump, with the
+                // verdict, as that call fails).
+                if stacks.is_some() && sh.failure.lock().is_none() && sh.current.lock().is_none() {
+                    let _ = sh.write_dump(None, None);
                 }
             }
             return;

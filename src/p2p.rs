@@ -138,6 +138,7 @@ impl P2p {
 
 /// Queues `job` on `shared`'s lane, starting the lane thread on first use.
 pub(crate) fn submit(shared: &Arc<Shared>, job: P2pJob) -> Result<()> {
+    crate::stacks::note_caller();
     let p = &shared.p2p;
     let mut q = p.queue.lock();
     if q.shutdown {

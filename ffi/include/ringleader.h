@@ -548,6 +548,21 @@ int64_t rl_last_error_seq(void);
 // The operation (an `rl_op` code) the last failure concerns, or -1.
 int rl_last_error_op(void);
 
+// Registers the runtime's stack dump: on `signal`, a handler already
+// installed by the caller writes every thread's stack as text to `fd`
+// (Python's `faulthandler.register(signal, file=fd, all_threads=True)`
+// format). `main_ident` is the runtime's main thread
+// (`threading.main_thread().ident`), whose innermost frame of user code
+// the verdict shows; `internal` lists path prefixes of code that is not
+// the user's (the binding, torch, the standard library), one per line,
+// or NULL. `signal` 0 unregisters. `fd` must stay open, readable,
+// writable and seekable for as long as it is registered; the library
+// truncates it before each capture.
+//
+// # Safety
+// `internal` NULL or NUL-terminated.
+int rl_set_stack_dump(int fd, int signal, uint64_t main_ident, const char *internal);
+
 // Starts a store server on `bind_addr` (`host:port`; port 0 picks a free
 // one, e.g. `"0.0.0.0:0"`) for run `run_id` (NULL: any run, several side by side) that admits
 // only clients knowing `token` (NULL: anyone). `*out` receives the handle.

@@ -22,7 +22,8 @@
 //! What it cannot check: that a pointer really addresses `count` elements.
 //!
 //! Layout: [`error`] (codes, last error, the panic guard), [`callsite`]
-//! (where the caller's code makes its calls), [`types`]
+//! (where the caller's code makes its calls), [`stacks`] (where a
+//! runtime's stack dump goes, for verdicts that show a culprit's line), [`types`]
 //! (enums), [`config`] (`rl_config`), [`comm`] (communicator and work),
 //! [`store`] (store server), [`device`] (collectives on CUDA device
 //! buffers).
@@ -43,5 +44,6 @@ pub mod comm;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod stacks;
 pub mod store;
 pub mod types;

@@ -329,6 +329,7 @@ impl<'a> Report<'a> {
             out += &rank_section(d, self.last, self.group.as_ref());
         }
         out += &arrivals_section(&self.arrivals);
+        out += &stacks_section(&self.latest, self.group.as_ref());
         out += "\n";
         if self.missing.is_empty() {
             out += "Every rank left a dump.\n";
@@ -356,6 +357,7 @@ impl<'a> Report<'a> {
                     "pid": d.snap.pid,
                     "dump": d.path.display().to_string(),
                     "last": last_entries(&d.snap, self.last),
+                    "stacks": d.snap.stacks,
                 })
             })
             .collect();
@@ -373,6 +375,26 @@ impl<'a> Report<'a> {
             "stragglers": self.arrivals.iter().filter(|s| s.is_straggler()).map(|s| s.rank).collect::<Vec<_>>(),
         })
     }
+}
+
+/// Where each rank's threads were when it learned that the job failed
+/// (the dumps' `stacks`): the line of its own code, then every thread's
+/// Python and native frames. Empty when no dump holds stacks.
+fn stacks_section(latest: &[&Dump], group: Option<&Group>) -> String {
+    let mut out = String::new();
+    for d in latest {
+        let Some(s) = d.snap.stacks.as_ref() else { continue };
+        if out.is_empty() {
+            out += "\nStacks when each rank learned that the job failed (innermost frame first):\n";
+        }
+        let rank = ringleader_core::group::global(group, d.snap.rank);
+        let at = s.at.as_deref().map_or(String::new(), |a| format!(": at {a}"));
+        let _ = writeln!(out, "rank {rank} (pid {}){at} (captured in {} ms)", d.snap.pid, s.took_ms);
+        for line in s.render() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    out
 }
 
 /// Who arrived last at the collectives that every rank's dump recorded

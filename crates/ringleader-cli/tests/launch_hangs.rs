@@ -55,6 +55,17 @@ fn worker() {
             let _ = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
             std::process::exit(1);
         }
+        // Rank 1 sleeps in a function of its own instead of making
+        // all_reduce #2: the verdict shows that function, from rank 1's
+        // native stack.
+        "sleep_named" if c.rank() == 1 => load_batch_in_rust(),
+        "sleep_named" => {
+            let e = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
+            for line in e.to_string().lines() {
+                println!("VERDICT {line}");
+            }
+            std::process::exit(1);
+        }
         // 60 steps with rank 1 entering each 50 ms late; then rank 3 writes
         // its dump and leaves instead of making all_reduce #62.
         "late_then_skip" => {
@@ -76,6 +87,17 @@ fn worker() {
     }
     c.destroy().unwrap();
     std::process::exit(0);
+}
+
+/// Where rank 1 of `sleep_named` stays: a function of this program's own,
+/// which its native stack must name. (Work after the sleep keeps it a
+/// frame of its own: a function that ends in a tail call, or that is
+/// inlined, leaves no frame to name, and symbols are all a native stack
+/// has.)
+#[inline(never)]
+fn load_batch_in_rust() {
+    std::thread::sleep(Duration::from_secs(30));
+    std::hint::black_box(epoch_ms());
 }
 
 fn epoch_ms() -> u64 {
@@ -193,6 +215,36 @@ fn a_failed_job_ends_within_2_s_of_its_verdict() {
         ended - hang,
         out.stderr
     );
+}
+
+#[test]
+fn the_verdict_shows_the_function_a_rust_rank_sleeps_in() {
+    let exe = std::env::current_exe().unwrap();
+    let dumps = Scratch::new("launch-sleep-named");
+    let dump_dir = format!("RINGLEADER_DUMP_DIR={}", dumps.path());
+    let scenario = format!("{SCENARIO}=sleep_named");
+    let args = ["launch", "--nproc-per-node", "2", "--", "env", &scenario, &dump_dir, "RINGLEADER_TIMEOUT=3"];
+    let mut args = args.to_vec();
+    args.extend([exe.to_str().unwrap(), "--exact", "worker", "--nocapture", "-q"]);
+    let out = run(&args, Duration::from_secs(60));
+    assert!(out.stdout.contains("[rank0]: VERDICT [missed-collective] rank 1"), "{}\n{}", out.stdout, out.stderr);
+    let at =
+        out.stdout.lines().find(|l| l.contains("VERDICT   rank 1 is at ")).unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(at.contains("launch_hangs::load_batch_in_rust"), "{at}");
+    // Its dump holds every thread's native stack, the sleeping one by
+    // name; `ringleader analyze` prints them.
+    let dir = std::fs::read_dir(dumps.path()).unwrap().flatten().next().expect("the run's folder").path();
+    let dump: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ringleader-rank1.json")).unwrap()).unwrap();
+    let native = dump["stacks"]["native"].as_array().expect("native stacks");
+    assert!(native.len() >= 3, "the caller, the engine and the monitor at least: {native:?}");
+    let names: Vec<&str> =
+        native.iter().flat_map(|t| t["frames"].as_array().unwrap()).filter_map(|f| f["function"].as_str()).collect();
+    assert!(names.contains(&"launch_hangs::load_batch_in_rust"), "{names:?}");
+    let analyze = run(&["analyze", dir.to_str().unwrap()], Duration::from_secs(30));
+    assert!(analyze.stdout.contains("rank 1 (pid "), "{}", analyze.stdout);
+    assert!(analyze.stdout.contains(": at launch_hangs::load_batch_in_rust"), "{}", analyze.stdout);
+    assert!(analyze.stdout.contains("native thread"), "{}", analyze.stdout);
 }
 
 #[test]

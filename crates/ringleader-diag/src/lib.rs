@@ -8,6 +8,8 @@
 //!   (and writes as its dump), and the heartbeat payload;
 //! - [`deadlock`]: the wait-for graph of ranks blocked in send/recv, and
 //!   the cycle (or the chain's end) it finds;
+//! - [`stacks`]: where a rank's threads are when the job fails (Python
+//!   and native stacks), and the culprit's innermost frame of its own code;
 //! - [`straggler`]: who arrived last at recent collectives, and by how much;
 //! - [`trace`]: the flight records as a Perfetto / Chrome trace;
 //! - [`mod@verdict`]: a pure function from every rank's snapshot and the store's
@@ -22,6 +24,7 @@ pub mod clock;
 pub mod deadlock;
 pub mod recorder;
 pub mod snapshot;
+pub mod stacks;
 pub mod straggler;
 pub mod trace;
 pub mod verdict;

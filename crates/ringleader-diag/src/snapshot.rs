@@ -5,6 +5,7 @@
 //! same verdict engine with the same data.
 
 use crate::recorder::{now_ns, Entry, FlightRecorder};
+use crate::stacks::Stacks;
 use ringleader_core::{Diagnosis, Error, ErrorKind, Fingerprint, Group, OpKind, Rank, RankSet};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
@@ -253,6 +254,10 @@ pub struct Snapshot {
     /// The verdict, once known.
     #[serde(default)]
     pub verdict: Option<Diagnosis>,
+    /// Where the rank's threads were when it learned that the job failed
+    /// (whole in a dump, [`Stacks::compact`] in a published snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<Stacks>,
 }
 
 impl Snapshot {
@@ -282,6 +287,7 @@ impl Snapshot {
             entries: Vec::new(),
             job: Vec::new(),
             verdict: None,
+            stacks: None,
         }
     }
 

@@ -442,8 +442,21 @@ pub fn verdict(ev: &Evidence) -> Diagnosis {
         .unwrap_or_else(|| timeout(&facts, &what));
     d.op = d.op.or(op);
     d.seq = d.seq.or(Some(seq));
-    d.details = details(&facts, &d.culprits);
+    d.details = whereabouts(&facts, &d.culprits);
+    d.details.extend(details(&facts, &d.culprits));
     d
+}
+
+/// `rank 2 is at train.py:45 in load_batch: time.sleep(40)`: the
+/// innermost frame of its own code that each culprit's stacks show (see
+/// [`crate::stacks`]), for the first few culprits that captured one.
+fn whereabouts(facts: &[Facts<'_>], culprits: &[Rank]) -> Vec<String> {
+    facts
+        .iter()
+        .filter(|f| culprits.contains(&f.rank))
+        .filter_map(|f| Some(format!("rank {} is at {}", f.rank, f.snap?.stacks.as_ref()?.at.as_deref()?)))
+        .take(NAMED)
+        .collect()
 }
 
 fn diagnosis(kind: ErrorKind, culprits: Vec<Rank>, headline: String, hints: Vec<String>) -> Diagnosis {

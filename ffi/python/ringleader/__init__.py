@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import List, Optional, Union
 
-from . import _buffers, _callsite, _lib
+from . import _buffers, _callsite, _lib, _stacks
 from .errors import (  # noqa: F401 (re-exported)
     AbortedError,
     AuthFailedError,
@@ -507,6 +507,9 @@ def init(
         cfg.group_ranks_count = len(ranks)
     if group_name is not None:
         cfg.group_name = str(group_name).encode()
+    # Where this process's Python threads are, for the verdict of a failed
+    # job (see _stacks); armed once per process.
+    _stacks.arm()
     out = _c_void_p()
     _check(_L.rl_init(_byref(cfg), _byref(out)))
     return ProcessGroup(out.value)

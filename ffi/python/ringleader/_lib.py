@@ -103,6 +103,7 @@ _SIGNATURES = {
     "rl_store_serve_job": (c_int, [_P, c_double]),
     "rl_store_free": (None, [_P]),
     "rl_set_call_site": (c_int, [c_char_p]),
+    "rl_set_stack_dump": (c_int, [c_int, c_int, ctypes.c_uint64, c_char_p]),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _f = getattr(lib, _name)

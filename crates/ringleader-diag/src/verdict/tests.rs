@@ -487,3 +487,32 @@ fn a_deadlock_in_a_sub_group_names_global_ranks() {
         d.headline
     );
 }
+
+#[test]
+fn a_culprits_own_line_from_its_stacks() {
+    // Rank 2 sleeps in its own code instead of calling all_reduce #5; its
+    // snapshot carries its stacks. Rank 0 (waiting) has stacks too: only
+    // the culprit's line is shown.
+    let at = |s: &str| crate::stacks::Stacks { at: Some(s.into()), ..Default::default() };
+    let mut culprit = snap(2, beat(4, None, vec![]), &[(4, ar(8))], None);
+    culprit.stacks = Some(at("train.py:45 in load_batch: time.sleep(40)"));
+    let mut waiter = snap(0, beat(4, Some((5, ar(8))), vec![2]), &[(4, ar(8)), (5, ar(8))], None);
+    waiter.stacks = Some(at("train.py:24 in step: pg.all_reduce(x)"));
+    let e = ev(
+        3,
+        vec![
+            peer(0, Liveness::Alive, Some(300), beat(4, Some((5, ar(8))), vec![2])),
+            peer(1, Liveness::Alive, Some(300), beat(4, Some((5, ar(8))), vec![2])),
+            peer(2, Liveness::Alive, Some(400), beat(4, None, vec![])),
+        ],
+        vec![waiter, culprit],
+    );
+    let d = verdict(&e);
+    assert_eq!(d.culprits, vec![2]);
+    assert_eq!(d.details[0], "rank 2 is at train.py:45 in load_batch: time.sleep(40)");
+    assert!(!d.details.iter().any(|l| l.contains("pg.all_reduce(x)")), "{:?}", d.details);
+    // Without stacks the verdict reads as before.
+    let mut plain = e.clone();
+    plain.snapshots.iter_mut().for_each(|s| s.stacks = None);
+    assert!(!verdict(&plain).details.iter().any(|l| l.contains(" is at ")));
+}
