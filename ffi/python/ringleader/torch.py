@@ -164,17 +164,21 @@ _CPU_CODES = {
     torch.int32: _lib.I32,
     torch.int64: _lib.I64,
 }
-# Keyed by torch's ReduceOp (opts.reduceOp is one): it hashes and compares
-# by its operation, so a lookup here costs a fifth of the attribute lookups
-# _reduce_op makes. PREMUL_SUM and the bitwise ops find nothing here and
-# take the general path, which names them.
+# Keyed by the hash of torch's ReduceOp, which is its operation's number
+# (RedOpType): hashing opts.reduceOp costs a third of reading its .op, and a
+# dict keyed by ReduceOp objects would call their pybind11 __eq__ on every
+# lookup, slower still. Built from torch's own objects, so the numbers are
+# torch's. PREMUL_SUM and the bitwise ops find nothing here and take the
+# general path, which names them.
 _REDUCE_CODES = {
-    dist.ReduceOp(dist.ReduceOp.SUM): _lib.REDUCE_OPS["sum"],
-    dist.ReduceOp(dist.ReduceOp.PRODUCT): _lib.REDUCE_OPS["prod"],
-    dist.ReduceOp(dist.ReduceOp.MIN): _lib.REDUCE_OPS["min"],
-    dist.ReduceOp(dist.ReduceOp.MAX): _lib.REDUCE_OPS["max"],
-    dist.ReduceOp(dist.ReduceOp.AVG): _lib.REDUCE_OPS["avg"],
+    hash(dist.ReduceOp(dist.ReduceOp.SUM)): _lib.REDUCE_OPS["sum"],
+    hash(dist.ReduceOp(dist.ReduceOp.PRODUCT)): _lib.REDUCE_OPS["prod"],
+    hash(dist.ReduceOp(dist.ReduceOp.MIN)): _lib.REDUCE_OPS["min"],
+    hash(dist.ReduceOp(dist.ReduceOp.MAX)): _lib.REDUCE_OPS["max"],
+    hash(dist.ReduceOp(dist.ReduceOp.AVG)): _lib.REDUCE_OPS["avg"],
 }
+if len(_REDUCE_CODES) != 5:  # a torch whose ops hash alike: every op takes the general path
+    _REDUCE_CODES = {}
 
 
 def _route_host(host: str, port: int) -> Optional[str]:
@@ -623,7 +627,7 @@ class RingleaderBackend(_CBackend):
             # (what ProcessGroup.all_reduce would do, minus its generic
             # checks); anything else takes the general path below.
             t = tensors[0]
-            code, opc, h = _CPU_CODES.get(t.dtype), _REDUCE_CODES.get(opts.reduceOp), self._rl._h
+            code, opc, h = _CPU_CODES.get(t.dtype), _REDUCE_CODES.get(hash(opts.reduceOp)), self._rl._h
             if code is not None and opc is not None and h is not None and t.is_cpu and t.layout is _STRIDED \
                     and t.is_contiguous():
                 _NOTE_SITE()
