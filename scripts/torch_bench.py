@@ -8,7 +8,8 @@ Every worker measures, in one process group:
 
 - ``dist.all_reduce`` (blocking, float32 sum) at each size: warm-up calls, a
   barrier, then ``--calls`` calls each timed on its own; the worker keeps the
-  median and the mean per call. The launch's figure is the slowest rank's.
+  10th percentile, median, 90th percentile and mean per call. The launch's
+  figure is the slowest rank's.
 - a DDP training step of a small MLP (``--ddp-width``; the default has 1.7 M
   parameters, 6.8 MB of float32 gradients, so DDP's default buckets make two
   all_reduces per step, the first while backward still runs): zero_grad,
@@ -21,13 +22,19 @@ Every worker measures, in one process group:
 The table gives, per backend and measure, the median over launches and the
 range (min-max) of the launches' figures; every launch's figures and the
 load average before it are kept in the JSON (``--json``) and printed with
-``--every``. ``--variant NAME=PATH`` adds a column NAME: backend
+``--every``.
+
+``--breakdown`` measures instead where one blocking call's time goes, in one
+process (world size 1, so no peer's timing enters): torch's dispatch of a
+Python backend that does nothing, then each layer of the ringleader backend
+down to the raw C call, blocking and asynchronous. ``--variant NAME=PATH`` adds a column NAME: backend
 "ringleader" with the package found on PATH (PYTHONPATH), to compare two
 versions of the backend in one run.
 
     scripts/torch_bench.py --launches 5
     scripts/torch_bench.py --launches 7 --sizes 8 4K 1M --json out.json --every
     scripts/torch_bench.py --variant before=/tmp/old-package --backends ringleader before gloo
+    scripts/torch_bench.py --breakdown --variant before=/tmp/old-package
 
 Python comes from ${RINGLEADER_VENV:-$HOME/.cache/ringleader/venv}; the
 ringleader package from the environment (PYTHONPATH, or the venv), its
@@ -99,8 +106,11 @@ def worker(args) -> None:
             dist.all_reduce(t)
             per.append(now() - t0)
         total = now() - start
+        per.sort()
         out["all_reduce"][str(nbytes)] = {
+            "p10_us": per[len(per) // 10] * 1e6,
             "median_us": statistics.median(per) * 1e6,
+            "p90_us": per[len(per) * 9 // 10] * 1e6,
             "mean_us": total / calls * 1e6,
             "calls": calls,
         }
@@ -155,6 +165,103 @@ def worker(args) -> None:
         json.dump(out, f)
 
 
+# ---------------------------------------------------------------- breakdown
+
+
+def breakdown_worker(args) -> None:
+    """One process, world size 1: each layer of one 8-byte all_reduce."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import Backend as CBackend
+
+    import ringleader.torch as rt
+    from ringleader import _callsite, _lib
+
+    class Idle(CBackend):
+        """A backend that does nothing: what torch itself costs per call."""
+
+        def allreduce(self, tensors, opts=None):
+            return rt._DoneWork(tensors) if hasattr(rt, "_DoneWork") else rt._TorchWork(None, tensors, None)
+
+        def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+            return "idle"
+
+    dist.Backend.register_backend("idle", lambda store, rank, size, timeout: Idle(rank, size), devices=["cpu"])
+    calls = args.calls * 10
+    now = time.perf_counter
+
+    def per_call(fn) -> float:
+        for _ in range(calls // 10):
+            fn()
+        best = []
+        for _ in range(5):
+            t0 = now()
+            for _ in range(calls):
+                fn()
+            best.append((now() - t0) / calls * 1e6)
+        return statistics.median(best)
+
+    t = torch.ones(2)
+    out = {}
+    dist.init_process_group("ringleader")
+    blocking = dist.AllreduceOptions()
+    blocking.asyncOp = False
+    asynchronous = dist.AllreduceOptions()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    pg = rt.communicator()
+    h = pg._h
+    out["dist.all_reduce(t)"] = per_call(lambda: dist.all_reduce(t))
+    out["dist.all_reduce(t, async_op=True).wait()"] = per_call(lambda: dist.all_reduce(t, async_op=True).wait())
+    out["backend.allreduce (blocking opts)"] = per_call(lambda: backend.allreduce([t], blocking))
+    out["backend.allreduce (async opts).wait()"] = per_call(lambda: backend.allreduce([t], asynchronous).wait())
+    out["ringleader ProcessGroup.all_reduce(t)"] = per_call(lambda: pg.all_reduce(t))
+    out["ringleader ProcessGroup.all_reduce(t, async_op=True).wait()"] = per_call(
+        lambda: pg.all_reduce(t, async_op=True).wait())
+    out["call-site capture (_callsite.note)"] = per_call(_callsite.note)
+    out["raw rl_all_reduce through ctypes"] = per_call(lambda: _lib.lib.rl_all_reduce(h, t.data_ptr(), 2, 0, 0, None))
+    dist.destroy_process_group()
+    os.environ["MASTER_PORT"] = str(free_port())
+    dist.init_process_group("idle")
+    out["dist.all_reduce(t), a backend that does nothing"] = per_call(lambda: dist.all_reduce(t))
+    dist.destroy_process_group()
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+
+
+def breakdown(args) -> None:
+    """Runs breakdown_worker for each ringleader column, interleaved, and prints medians."""
+    columns = [c for c in args.backends if c == "ringleader" or c in args.variants]
+    got = {c: [] for c in columns}
+    with tempfile.TemporaryDirectory(prefix="rl-torch-breakdown-") as tmp:
+        for i in range(args.launches):
+            for c in (columns if i % 2 == 0 else list(reversed(columns))):
+                env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+                if c in args.variants:
+                    env.update(args.variants[c])
+                out = os.path.join(tmp, f"{c}-{i}.json")
+                cmd = [os.path.join(VENV, "bin", "python"), os.path.abspath(__file__), "--breakdown-worker",
+                       "--out", out, "--calls", str(args.calls)]
+                subprocess.run(cmd, env=env, check=True, timeout=LAUNCH_LIMIT_S, stdout=subprocess.DEVNULL)
+                with open(out) as f:
+                    got[c].append({"load1": os.getloadavg()[0], "us": json.load(f)})
+    keys = list(got[columns[0]][0]["us"])
+    width = max(len(k) for k in keys)
+    loads = [r["load1"] for c in columns for r in got[c]]
+    print(f"# one 8-byte all_reduce, world size 1, us per call: median of {args.launches} processes [min-max]; "
+          f"load average {min(loads):.2f}-{max(loads):.2f}, {os.cpu_count()} CPUs")
+    print(f"{'layer':<{width}}" + "".join(f"{c:>26}" for c in columns))
+    for k in keys:
+        row = f"{k:<{width}}"
+        for c in columns:
+            v = [r["us"][k] for r in got[c]]
+            row += f"{statistics.median(v):>9.2f} [{min(v):.2f}-{max(v):.2f}]".rjust(26)
+        print(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"breakdown": got, "cpus": os.cpu_count()}, f, indent=1)
+
+
 # ------------------------------------------------------------------- driver
 
 
@@ -171,7 +278,7 @@ def launch(args, column: str, out: str) -> list:
     backend = column
     if column in args.variants:
         backend = "ringleader"
-        env["PYTHONPATH"] = args.variants[column]
+        env.update(args.variants[column])
     torchrun = os.path.join(VENV, "bin", "torchrun")
     cmd = [torchrun, "--nproc-per-node", str(args.nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), os.path.abspath(__file__), "--worker", "--backend", backend,
@@ -198,7 +305,7 @@ def slowest(ranks: list) -> dict:
     """A launch's figures: each measure's slowest rank."""
     fig = {}
     for key in ranks[0]["all_reduce"]:
-        for m in ("median_us", "mean_us"):
+        for m in ("p10_us", "median_us", "p90_us", "mean_us"):
             fig[f"all_reduce {label(int(key))} {m}"] = max(r["all_reduce"][key][m] for r in ranks)
     for m in ("step_ms", "local_step_ms", "grads_all_reduce_ms"):
         fig[f"ddp {m}"] = max(r["ddp"][m] for r in ranks)
@@ -216,27 +323,36 @@ def main() -> None:
     ap.add_argument("--ddp-warmup", type=int, default=5)
     ap.add_argument("--ddp-width", type=int, default=1024)
     ap.add_argument("--ddp-batch", type=int, default=64)
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
-                    help="a column NAME: backend ringleader with PYTHONPATH=PATH")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=PATH[,LIBRARY]",
+                    help="a column NAME: backend ringleader with PYTHONPATH=PATH (and RINGLEADER_LIBRARY=LIBRARY)")
     ap.add_argument("--json", help="write every launch's figures here")
     ap.add_argument("--every", action="store_true", help="print every launch's figures too")
+    ap.add_argument("--breakdown", action="store_true", help="where one call's time goes (world size 1)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--breakdown-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
         return
+    if args.breakdown_worker:
+        breakdown_worker(args)
+        return
     args.variants = {}
     for v in args.variant:
         name, sep, path = v.partition("=")
         if not sep or not name or not path:
-            raise SystemExit(f"--variant {v!r}: expected NAME=PATH")
-        args.variants[name] = path
+            raise SystemExit(f"--variant {v!r}: expected NAME=PATH or NAME=PATH,LIBRARY")
+        pythonpath, _, library = path.partition(",")
+        args.variants[name] = {"PYTHONPATH": pythonpath, **({"RINGLEADER_LIBRARY": library} if library else {})}
         if name not in args.backends:
             args.backends.append(name)
     if not os.path.exists(os.path.join(VENV, "bin", "torchrun")):
         raise SystemExit(f"no torchrun in {VENV} (set RINGLEADER_VENV)")
+    if args.breakdown:
+        breakdown(args)
+        return
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="rl-torch-bench-") as tmp:
@@ -269,7 +385,7 @@ def main() -> None:
                   + ", ".join(f"{k} {v:.2f}" for k, v in r["figures"].items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if k not in ("worker", "backend", "out", "variant")},
+            json.dump({"args": {k: v for k, v in vars(args).items() if k not in ("worker", "backend", "out", "variant", "breakdown_worker")},
                        "cpus": os.cpu_count(), "runs": runs}, f, indent=1)
 
 
