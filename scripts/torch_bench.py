@@ -6,10 +6,10 @@ mode for one backend; launches alternate between the backends (ringleader,
 gloo, gloo, ringleader, ...) so that a noisy neighbour hurts both alike.
 Every worker measures, in one process group:
 
-- ``dist.all_reduce`` (blocking, float32 sum) at each size: warm-up calls, a
-  barrier, then ``--calls`` calls each timed on its own; the worker keeps the
-  10th percentile, median, 90th percentile and mean per call. The launch's
-  figure is the slowest rank's.
+- ``dist.all_reduce`` (blocking, float32 sum) at each size: as many warm-up
+  calls as timed ones, a barrier, then ``--calls`` calls each timed on its
+  own; the worker keeps the 10th percentile, median, 90th percentile and
+  mean per call. The launch's figure is the slowest rank's.
 - a DDP training step of a small MLP (``--ddp-width``; the default has 1.7 M
   parameters, 6.8 MB of float32 gradients, so DDP's default buckets make two
   all_reduces per step, the first while backward still runs): zero_grad,
@@ -96,7 +96,11 @@ def worker(args) -> None:
     for nbytes in args.sizes:
         t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
         calls = args.calls if nbytes <= 64 << 10 else max(50, args.calls // 10)
-        for _ in range(max(20, calls // 10)):
+        # As many warm-up calls as timed ones: right after start-up the two
+        # ranks can share a core until the scheduler spreads them, which
+        # showed as a 150 us tail at the first size only (runs 1-3 in
+        # docs/perf/torch-path-2026-12-02.md, 200 warm-up calls).
+        for _ in range(calls):
             dist.all_reduce(t)
         dist.barrier()
         per = []

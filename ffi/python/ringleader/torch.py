@@ -42,6 +42,13 @@ torch does; the backend hands ringleader each one's global rank and torch's
 group name, so verdicts, warnings and dumps name global ranks and the group
 (``rank 3 ... did not enter all_reduce #2 of group 1 (ranks 1-3)``).
 
+Blocking and asynchronous calls: a call torch waits for at once (the
+``torch.distributed`` functions without ``async_op=True``) runs in the
+calling thread and returns completed work; the others (``async_op=True``,
+DDP's gradient buckets) run on ringleader's engine thread, so DDP overlaps
+communication with backward. Both are recorded, checked and tagged with
+their call site alike.
+
 Timeouts: the ``timeout`` of ``init_process_group`` becomes ringleader's hard
 collective timeout, except torch's default of 30 minutes, which means "not
 given": then ``RINGLEADER_TIMEOUT`` or ringleader's default (600 s) applies.
@@ -473,12 +480,14 @@ def _blocking(opts) -> bool:
     """Whether torch waits for this call at once: ``torch.distributed``'s
     functions set ``opts.asyncOp`` to their ``async_op`` argument, and torch's
     other callers (DDP's reducer, the comm hooks) leave it at its default,
-    True. A blocking call runs in the calling thread, which would only wait
-    for the engine thread otherwise: handing the call over and waking the
-    caller and a future when it ends cost about a hundred microseconds per
-    call on a loaded two-core machine, a hundred times the collective itself
-    at 8 bytes (docs/perf/torch-path-2026-12-02.md). Calls torch does not
-    wait for stay asynchronous, so DDP overlaps communication with backward."""
+    True. A blocking call runs in the calling thread (on ringleader's
+    synchronous path: at once when the engine is idle, else after the work
+    queued before it, so order is kept); handing it to the engine thread
+    and waking the caller when it ended cost more than the collective: an
+    8-byte dist.all_reduce at 2 ranks took 130-240 us that way and 16-80 us
+    this way on a shared two-core VM (docs/perf/torch-path-2026-12-02.md).
+    Calls torch does not wait for stay asynchronous, so DDP's buckets still
+    overlap with backward."""
     return opts is not None and opts.asyncOp is False
 
 
