@@ -96,10 +96,8 @@ def worker(args) -> None:
     for nbytes in args.sizes:
         t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
         calls = args.calls if nbytes <= 64 << 10 else max(50, args.calls // 10)
-        # As many warm-up calls as timed ones: right after start-up the two
-        # ranks can share a core until the scheduler spreads them, which
-        # showed as a 150 us tail at the first size only (runs 1-3 in
-        # docs/perf/torch-path-2026-12-02.md, 200 warm-up calls).
+        # As many warm-up calls as timed ones, so that the first size is not
+        # the one measured while the job settles after start-up.
         for _ in range(calls):
             dist.all_reduce(t)
         dist.barrier()
