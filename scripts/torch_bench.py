@@ -9,7 +9,10 @@ Every worker measures, in one process group:
 - ``dist.all_reduce`` (blocking, float32 sum) at each size: as many warm-up
   calls as timed ones, a barrier, then ``--calls`` calls each timed on its
   own; the worker keeps the 10th percentile, median, 90th percentile and
-  mean per call. The launch's figure is the slowest rank's.
+  mean per call. The launch's figure is the slowest rank's. For ringleader
+  the same calls through its own Python API (``ProcessGroup.all_reduce`` on
+  the backend's communicator) are timed too, up to 64 KiB: the difference is
+  what the torch path adds.
 - a DDP training step of a small MLP (``--ddp-width``; the default has 1.7 M
   parameters, 6.8 MB of float32 gradients, so DDP's default buckets make two
   all_reduces per step, the first while backward still runs): zero_grad,
@@ -84,38 +87,47 @@ def worker(args) -> None:
     import torch.distributed as dist
     import torch.nn as nn
 
+    rl_torch = None
     if args.backend == "ringleader":
-        import ringleader.torch  # noqa: F401  registers backend="ringleader"
+        import ringleader.torch as rl_torch  # registers backend="ringleader"
 
     torch.set_num_threads(1)
     dist.init_process_group(args.backend)
     rank = dist.get_rank()
-    out = {"backend": args.backend, "rank": rank, "world": dist.get_world_size(), "all_reduce": {}, "ddp": {}}
+    out = {"backend": args.backend, "rank": rank, "world": dist.get_world_size(), "all_reduce": {}, "api": {}, "ddp": {}}
     now = time.perf_counter
 
-    for nbytes in args.sizes:
-        t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
-        calls = args.calls if nbytes <= 64 << 10 else max(50, args.calls // 10)
+    def timed(call, calls: int) -> dict:
         # As many warm-up calls as timed ones, so that the first size is not
         # the one measured while the job settles after start-up.
         for _ in range(calls):
-            dist.all_reduce(t)
+            call()
         dist.barrier()
         per = []
         start = now()
         for _ in range(calls):
             t0 = now()
-            dist.all_reduce(t)
+            call()
             per.append(now() - t0)
         total = now() - start
         per.sort()
-        out["all_reduce"][str(nbytes)] = {
+        return {
             "p10_us": per[len(per) // 10] * 1e6,
             "median_us": statistics.median(per) * 1e6,
             "p90_us": per[len(per) * 9 // 10] * 1e6,
             "mean_us": total / calls * 1e6,
             "calls": calls,
         }
+
+    for nbytes in args.sizes:
+        t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+        calls = args.calls if nbytes <= 64 << 10 else max(50, args.calls // 10)
+        out["all_reduce"][str(nbytes)] = timed(lambda: dist.all_reduce(t), calls)
+        if rl_torch is not None and nbytes <= 64 << 10:
+            # The same call through ringleader's own Python API on the same
+            # communicator: what the torch path adds at 2 ranks, in one launch.
+            pg = rl_torch.communicator()
+            out["api"][str(nbytes)] = timed(lambda: pg.all_reduce(t), calls)
 
     torch.manual_seed(0)
     w = args.ddp_width
@@ -309,6 +321,9 @@ def slowest(ranks: list) -> dict:
     for key in ranks[0]["all_reduce"]:
         for m in ("p10_us", "median_us", "p90_us", "mean_us"):
             fig[f"all_reduce {label(int(key))} {m}"] = max(r["all_reduce"][key][m] for r in ranks)
+    for key in ranks[0].get("api", {}):
+        for m in ("p10_us", "median_us", "mean_us"):
+            fig[f"ringleader API {label(int(key))} {m}"] = max(r["api"][key][m] for r in ranks)
     for m in ("step_ms", "local_step_ms", "grads_all_reduce_ms"):
         fig[f"ddp {m}"] = max(r["ddp"][m] for r in ranks)
     return fig
@@ -372,14 +387,14 @@ def main() -> None:
     print(f"# torch.distributed, {args.nproc} ranks (torchrun), {args.launches} interleaved launches per backend; "
           f"1-min load average before the launches {min(loads):.2f}-{max(loads):.2f}, {os.cpu_count()} CPUs")
     print("# each launch's figure is its slowest rank's; the table gives the median over launches [min-max]")
-    keys = list(runs[0]["figures"])
+    keys = list(dict.fromkeys(k for r in runs for k in r["figures"]))
     width = max(len(k) for k in keys)
     print(f"{'measure':<{width}}" + "".join(f"{b:>28}" for b in args.backends))
     for k in keys:
         row = f"{k:<{width}}"
         for b in args.backends:
-            v = [r["figures"][k] for r in runs if r["backend"] == b]
-            row += f"{statistics.median(v):>11.2f} [{min(v):.2f}-{max(v):.2f}]".rjust(28)
+            v = [r["figures"][k] for r in runs if r["backend"] == b and k in r["figures"]]
+            row += (f"{statistics.median(v):>11.2f} [{min(v):.2f}-{max(v):.2f}]" if v else "-").rjust(28)
         print(row)
     if args.every:
         for r in runs:
