@@ -484,9 +484,9 @@ def _blocking(opts) -> bool:
     synchronous path: at once when the engine is idle, else after the work
     queued before it, so order is kept); handing it to the engine thread
     and waking the caller when it ended cost more than the collective: an
-    8-byte dist.all_reduce at 2 ranks took 154-178 us that way and 22-55 us
-    this way (medians of five launches, three runs, on a shared two-core VM:
-    docs/perf/torch-path-2026-12-02.md).
+    8-byte dist.all_reduce at 2 ranks took 47-178 us that way and 15-55 us
+    this way (medians of five launches in each of four runs, on a shared
+    two-core VM: docs/perf/torch-path-2026-12-02.md).
     Calls torch does not wait for stay asynchronous, so DDP's buckets still
     overlap with backward."""
     return opts is not None and opts.asyncOp is False
