@@ -42,6 +42,13 @@ torch does; the backend hands ringleader each one's global rank and torch's
 group name, so verdicts, warnings and dumps name global ranks and the group
 (``rank 3 ... did not enter all_reduce #2 of group 1 (ranks 1-3)``).
 
+Blocking and asynchronous calls: a call torch waits for at once (the
+``torch.distributed`` functions without ``async_op=True``) runs in the
+calling thread and returns completed work; the others (``async_op=True``,
+DDP's gradient buckets) run on ringleader's engine thread, so DDP overlaps
+communication with backward. Both are recorded, checked and tagged with
+their call site alike.
+
 Timeouts: the ``timeout`` of ``init_process_group`` becomes ringleader's hard
 collective timeout, except torch's default of 30 minutes, which means "not
 given": then ``RINGLEADER_TIMEOUT`` or ringleader's default (600 s) applies.
@@ -70,6 +77,7 @@ from torch._C._distributed_c10d import Backend as _CBackend
 import ringleader
 
 from . import Work as _RLWork
+from . import _callsite, _lib
 
 __all__ = ["RingleaderBackend", "communicator", "BACKEND", "torch_error"]
 
@@ -143,6 +151,41 @@ def _reduce_op(red) -> str:
         if red == value:
             return name
     raise ValueError(f"reduce op {red} is not supported by ringleader (SUM, PRODUCT, MIN, MAX, AVG are)")
+
+
+# The blocking all_reduce's lane (RingleaderBackend.allreduce): what it
+# checks and converts per call is looked up in these tables, because at 8
+# bytes torch's own dispatch and this Python are most of the call's time.
+# Bool is left out: it reduces only with min and max, which the general
+# path checks.
+_ALL_REDUCE = _lib.lib.rl_all_reduce
+_NOTE_SITE = _callsite.note
+_STRIDED = torch.strided
+_CPU_CODES = {
+    torch.float32: _lib.F32,
+    torch.float64: _lib.F64,
+    torch.float16: _lib.F16,
+    torch.bfloat16: _lib.BF16,
+    torch.int8: _lib.I8,
+    torch.uint8: _lib.U8,
+    torch.int32: _lib.I32,
+    torch.int64: _lib.I64,
+}
+# Keyed by the hash of torch's ReduceOp, which is its operation's number
+# (RedOpType): hashing opts.reduceOp costs a third of reading its .op, and a
+# dict keyed by ReduceOp objects would call their pybind11 __eq__ on every
+# lookup, slower still. Built from torch's own objects, so the numbers are
+# torch's. PREMUL_SUM and the bitwise ops find nothing here and take the
+# general path, which names them.
+_REDUCE_CODES = {
+    hash(dist.ReduceOp(dist.ReduceOp.SUM)): _lib.REDUCE_OPS["sum"],
+    hash(dist.ReduceOp(dist.ReduceOp.PRODUCT)): _lib.REDUCE_OPS["prod"],
+    hash(dist.ReduceOp(dist.ReduceOp.MIN)): _lib.REDUCE_OPS["min"],
+    hash(dist.ReduceOp(dist.ReduceOp.MAX)): _lib.REDUCE_OPS["max"],
+    hash(dist.ReduceOp(dist.ReduceOp.AVG)): _lib.REDUCE_OPS["avg"],
+}
+if len(_REDUCE_CODES) != 5:  # a torch whose ops hash alike: every op takes the general path
+    _REDUCE_CODES = {}
 
 
 def _route_host(host: str, port: int) -> Optional[str]:
@@ -399,8 +442,61 @@ class _TorchWork(dist._Work):
         fut.set_result(self._result)
 
 
-def _merge(works: List[_RLWork]) -> _RLWork:
-    """One ringleader Work over several (coalesced calls)."""
+class _DoneWork(dist._Work):
+    """torch's Work for a call that already ran to completion in the calling
+    thread (a blocking call: see :func:`_blocking`). Nothing is left to wait
+    for, so it holds only the result; failures never get here (they were
+    raised by the call itself)."""
+
+    def __init__(self, result: List[torch.Tensor]):
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self) -> List[torch.Tensor]:
+        return self._result
+
+    def synchronize(self):
+        pass
+
+    def get_future(self) -> torch.futures.Future:
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+
+def _blocking(opts) -> bool:
+    """Whether torch waits for this call at once: ``torch.distributed``'s
+    functions set ``opts.asyncOp`` to their ``async_op`` argument, and torch's
+    other callers (DDP's reducer, the comm hooks) leave it at its default,
+    True. A blocking call runs in the calling thread (on ringleader's
+    synchronous path: at once when the engine is idle, else after the work
+    queued before it, so order is kept); handing it to the engine thread
+    and waking the caller when it ended cost more than the collective: an
+    8-byte dist.all_reduce at 2 ranks took 47-178 us that way and 15-55 us
+    this way (medians of five launches in each of four runs, on a shared
+    two-core VM: docs/perf/torch-path-2026-12-02.md).
+    Calls torch does not wait for stay asynchronous, so DDP's buckets still
+    overlap with backward."""
+    return opts is not None and opts.asyncOp is False
+
+
+def _merge(works: List[Optional[_RLWork]]) -> Optional[_RLWork]:
+    """One ringleader Work over several (coalesced calls); None when the
+    calls already ran (a blocking call)."""
+    if works and works[0] is None:
+        return None
     if len(works) == 1:
         return works[0]
     thens = [w._then for w in works if w._then is not None]
@@ -423,8 +519,12 @@ def _staged(t: torch.Tensor):
     return tmp, (lambda: t.copy_(tmp))
 
 
-def _then(work: _RLWork, fn):
-    """Runs ``fn`` after ``work`` succeeds (and after any copy-back it has)."""
+def _then(work: Optional[_RLWork], fn) -> Optional[_RLWork]:
+    """Runs ``fn`` after ``work`` succeeds (and after any copy-back it has);
+    at once when ``work`` is None, a blocking call that already ran."""
+    if work is None:
+        fn()
+        return None
     prev = work._then
 
     def both():
@@ -508,55 +608,78 @@ class RingleaderBackend(_CBackend):
                 self._futures = _Completer()
             return self._futures
 
-    def _wrap(self, work, result) -> _TorchWork:
+    def _wrap(self, work: Optional[_RLWork], result: List[torch.Tensor]) -> dist._Work:
+        """torch's Work for an operation: completed already when ``work`` is
+        None (a blocking call that ran in this thread), else over ``work``."""
+        if work is None:
+            return _DoneWork(result)
         return _TorchWork(work, result, self)
 
     # -- in-place collectives -------------------------------------------------
+    # Each method passes ``async_op=not _blocking(opts)`` to ringleader: a
+    # blocking call returns None once it has run, and _then/_merge/_wrap
+    # then finish it at once.
 
-    def _inplace(self, tensors, run) -> _TorchWork:
+    def _inplace(self, tensors, run, async_op: bool) -> dist._Work:
         works = []
         for t in tensors:
             buf, back = _staged(t)
-            w = run(buf)
+            w = run(buf, async_op)
             if back is not None:
-                _then(w, back)
+                w = _then(w, back)
             works.append(w)
         return self._wrap(_merge(works), list(tensors))
 
     def allreduce(self, tensors, opts=None):
+        if opts is not None and opts.asyncOp is False and len(tensors) == 1:
+            # The latency lane: a blocking dist.all_reduce of one dense,
+            # contiguous CPU tensor goes straight to the C ABI from here
+            # (what ProcessGroup.all_reduce would do, minus its generic
+            # checks); anything else takes the general path below.
+            t = tensors[0]
+            code, opc, h = _CPU_CODES.get(t.dtype), _REDUCE_CODES.get(hash(opts.reduceOp)), self._rl._h
+            if code is not None and opc is not None and h is not None and t.is_cpu and t.layout is _STRIDED \
+                    and t.is_contiguous():
+                _NOTE_SITE()
+                rc = _ALL_REDUCE(h, t.data_ptr(), t.numel(), code, opc, None)
+                if rc:
+                    raise ringleader.last_error(rc)
+                return _DoneWork(tensors)
         op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
-        return self._inplace(tensors, lambda b: self._rl.all_reduce(b, op=op, async_op=True))
+        return self._inplace(tensors, lambda b, a: self._rl.all_reduce(b, op=op, async_op=a), not _blocking(opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
-        return self._inplace(tensors, lambda b: self._rl.broadcast(b, root=root, async_op=True))
+        return self._inplace(tensors, lambda b, a: self._rl.broadcast(b, root=root, async_op=a), not _blocking(opts))
 
     def reduce(self, tensors, opts):
         root, op = opts.rootRank, _reduce_op(opts.reduceOp)
-        return self._inplace(tensors, lambda b: self._rl.reduce(b, root=root, op=op, async_op=True))
+        run = lambda b, a: self._rl.reduce(b, root=root, op=op, async_op=a)  # noqa: E731
+        return self._inplace(tensors, run, not _blocking(opts))
 
     # -- gathers and scatters -------------------------------------------------
 
-    def _gather_into(self, out: torch.Tensor, inp: torch.Tensor) -> _RLWork:
+    def _gather_into(self, out: torch.Tensor, inp: torch.Tensor, async_op: bool) -> Optional[_RLWork]:
         buf, back = _staged(out)
-        w = self._rl.all_gather(buf, inp.contiguous(), async_op=True)
+        w = self._rl.all_gather(buf, inp.contiguous(), async_op=async_op)
         return _then(w, back) if back is not None else w
 
     def all_gather_single(self, output, input, opts=None):
-        return self._wrap(self._gather_into(output, input), [output])
+        return self._wrap(self._gather_into(output, input, not _blocking(opts)), [output])
 
     def _allgather_base(self, output, input, opts=None):
         return self.all_gather_single(output, input, opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        return self._wrap(_merge([self._gather_into(o, i) for o, i in zip(outputs, inputs)]), list(outputs))
+        a = not _blocking(opts)
+        return self._wrap(_merge([self._gather_into(o, i, a) for o, i in zip(outputs, inputs)]), list(outputs))
 
-    def _gather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> _RLWork:
+    def _gather_list(self, outs: List[torch.Tensor], inp: torch.Tensor, async_op: bool) -> Optional[_RLWork]:
         flat = torch.empty((len(outs), inp.numel()), dtype=inp.dtype, device=inp.device)
-        w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
+        w = self._rl.all_gather(flat, inp.contiguous(), async_op=async_op)
 
         def scatter_back():
             for r, o in enumerate(outs):
@@ -565,20 +688,21 @@ class RingleaderBackend(_CBackend):
         return _then(w, scatter_back)
 
     def allgather(self, output_lists, inputs, opts=None):
-        works = [self._gather_list(outs, inp) for outs, inp in zip(output_lists, inputs)]
+        a = not _blocking(opts)
+        works = [self._gather_list(outs, inp, a) for outs, inp in zip(output_lists, inputs)]
         return self._wrap(_merge(works), [t for outs in output_lists for t in outs])
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         return self.allgather(output_lists, inputs, opts)
 
-    def _reduce_scatter_into(self, out, inp, op) -> _RLWork:
+    def _reduce_scatter_into(self, out, inp, op, async_op: bool) -> Optional[_RLWork]:
         buf, back = _staged(out)
-        w = self._rl.reduce_scatter(buf, inp.contiguous(), op=op, async_op=True)
+        w = self._rl.reduce_scatter(buf, inp.contiguous(), op=op, async_op=async_op)
         return _then(w, back) if back is not None else w
 
     def reduce_scatter_single(self, output, input, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
-        return self._wrap(self._reduce_scatter_into(output, input, op), [output])
+        return self._wrap(self._reduce_scatter_into(output, input, op, not _blocking(opts)), [output])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         return self.reduce_scatter_single(output, input, opts)
@@ -588,15 +712,17 @@ class RingleaderBackend(_CBackend):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
-        works = [self._reduce_scatter_into(o, i, op) for o, i in zip(outputs, inputs)]
+        a = not _blocking(opts)
+        works = [self._reduce_scatter_into(o, i, op, a) for o, i in zip(outputs, inputs)]
         return self._wrap(_merge(works), list(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        a = not _blocking(opts)
         works = []
         for out, ins in zip(outputs, input_lists):
             flat = torch.cat([t.reshape(-1) for t in ins])
-            works.append(self._reduce_scatter_into(out, flat, op))
+            works.append(self._reduce_scatter_into(out, flat, op, a))
         return self._wrap(_merge(works), list(outputs))
 
     def alltoall(self, outputs, inputs, opts=None):
@@ -605,7 +731,7 @@ class RingleaderBackend(_CBackend):
             raise ValueError("ringleader's all_to_all needs equal-sized tensors for every rank")
         flat_in = torch.cat([t.reshape(-1) for t in inputs])
         flat_out = torch.empty_like(flat_in)
-        w = self._rl.all_to_all(flat_out, flat_in, async_op=True)
+        w = self._rl.all_to_all(flat_out, flat_in, async_op=not _blocking(opts))
         n = flat_in.numel() // max(1, len(outputs))
 
         def split_back():
@@ -624,7 +750,7 @@ class RingleaderBackend(_CBackend):
         if input.numel() % world:
             raise ValueError(f"all_to_all: {input.numel()} elements do not split evenly over {world} ranks")
         buf, back = _staged(output)
-        w = self._rl.all_to_all(buf, input.contiguous(), async_op=True)
+        w = self._rl.all_to_all(buf, input.contiguous(), async_op=not _blocking(opts))
         return self._wrap(_then(w, back) if back is not None else w, [output])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -634,7 +760,7 @@ class RingleaderBackend(_CBackend):
         root = opts.rootRank
         inp = inputs[0]
         flat = torch.empty((self.size(), inp.numel()), dtype=inp.dtype, device=inp.device)
-        w = self._rl.all_gather(flat, inp.contiguous(), async_op=True)
+        w = self._rl.all_gather(flat, inp.contiguous(), async_op=not _blocking(opts))
         outs = output_lists[0] if output_lists else []
 
         def copy_out():
@@ -650,24 +776,26 @@ class RingleaderBackend(_CBackend):
             flat = torch.cat([t.reshape(-1) for t in input_lists[0]])
         else:
             flat = torch.empty(self.size() * out.numel(), dtype=out.dtype, device=out.device)
-        w = self._rl.broadcast(flat, root=root, async_op=True)
+        w = self._rl.broadcast(flat, root=root, async_op=not _blocking(opts))
         n, r = out.numel(), self.rank()
         return self._wrap(_then(w, lambda: out.copy_(flat[r * n : (r + 1) * n].view_as(out))), [out])
 
     # -- point to point and barriers -------------------------------------------
+    # torch passes no asyncOp to send and recv (dist.send waits on an
+    # asynchronous call), so they stay asynchronous.
 
     def send(self, tensors, dst_rank, tag=0):
         works = [self._rl.send(t.contiguous(), dst_rank, async_op=True) for t in tensors]
         return self._wrap(_merge(works), list(tensors))
 
     def recv(self, tensors, src_rank, tag=0):
-        return self._inplace(tensors, lambda b: self._rl.recv(b, src_rank, async_op=True))
+        return self._inplace(tensors, lambda b, a: self._rl.recv(b, src_rank, async_op=a), True)
 
     def recv_anysource(self, tensors, tag=0):
         raise ValueError("ringleader does not support recv from any source; name the source rank")
 
     def barrier(self, opts=None):
-        return self._wrap(self._rl.barrier(async_op=True), [])
+        return self._wrap(self._rl.barrier(async_op=not _blocking(opts)), [])
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         timeout = getattr(opts, "timeout", None)

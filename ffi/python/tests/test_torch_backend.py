@@ -40,4 +40,10 @@ def test_ddp_training_ends_in_identical_replicas():
         assert float(moved) > 0, line  # training changed the weights
         assert identical == "True", line
         finals.append(digest)
+        # DDP's buckets reach the backend as asynchronous calls, which run on
+        # the engine thread while backward goes on (blocking ones run inline).
+        line = next((l for _, l in p.lines if l.startswith("DDP_ALLREDUCES ")), None)
+        assert line, job.report()
+        _, _, n_async, _, n_blocking = line.split()
+        assert int(n_async) > 0 and int(n_blocking) == 0, line
     assert finals[0] == finals[1], f"replicas differ: {finals}\n{job.report()}"

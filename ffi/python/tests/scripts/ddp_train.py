@@ -1,6 +1,8 @@
 """DistributedDataParallel on backend="ringleader": a small model trained for
 a few steps on per-rank data; prints a checksum of the final parameters
-(every replica must end identical) and how much they moved."""
+(every replica must end identical) and how much they moved, and how DDP's
+all_reduces reached the backend (asynchronous ones overlap with backward;
+blocking ones would run in the autograd thread)."""
 
 import hashlib
 
@@ -8,7 +10,19 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import ringleader.torch  # noqa: F401
+import ringleader.torch
+
+# Which all_reduces torch marks asynchronous (opts.asyncOp) during training.
+calls = {"async": 0, "blocking": 0}
+_allreduce = ringleader.torch.RingleaderBackend.allreduce
+
+
+def counting_allreduce(self, tensors, opts=None):
+    calls["blocking" if opts is not None and opts.asyncOp is False else "async"] += 1
+    return _allreduce(self, tensors, opts)
+
+
+ringleader.torch.RingleaderBackend.allreduce = counting_allreduce
 
 dist.init_process_group("ringleader")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -26,6 +40,8 @@ for step in range(8):
     loss.backward()
     opt.step()
     print(f"step {step} loss {loss.item():.4f}", flush=True)
+print(f"DDP_ALLREDUCES async {calls['async']} blocking {calls['blocking']}", flush=True)
+ringleader.torch.RingleaderBackend.allreduce = _allreduce
 
 params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 digest = hashlib.sha256(params.numpy().tobytes()).hexdigest()[:16]

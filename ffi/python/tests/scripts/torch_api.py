@@ -64,6 +64,35 @@ def all_reduce_async_and_future():
 
 
 @check
+def blocking_calls_complete_in_the_caller_async_ones_in_the_background():
+    # torch says which calls it waits for at once (opts.asyncOp False: the
+    # blocking dist.* functions); those run in the calling thread and return
+    # completed work, the others (DDP's buckets) are queued.
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    t = torch.ones(3)
+    w = backend.allreduce([t], opts)
+    assert type(w).__name__ == "_DoneWork" and w.is_completed() and w.get_future().done(), w
+    same(t, torch.full((3,), float(N)), "blocking")
+    same(w.get_future().value()[0], t, "blocking future")
+    opts.asyncOp = True
+    w = backend.allreduce([t], opts)
+    assert type(w).__name__ == "_TorchWork", w
+    assert w.get_future().wait()[0] is t
+    same(t, torch.full((3,), float(N * N)), "async")
+    # Bool and a non-contiguous tensor leave the latency lane for the general path.
+    b = torch.tensor([R == 0, True, False])
+    dist.all_reduce(b, op=dist.ReduceOp.MAX)
+    same(b, torch.tensor([True, True, False]), "bool max")
+    try:
+        dist.all_reduce(b)
+        raise AssertionError("a bool sum was accepted")
+    except (ValueError, TypeError, RuntimeError) as e:
+        assert "bool" in str(e), e
+
+
+@check
 def all_reduce_non_contiguous_is_staged():
     t = torch.ones(4, 6).t()[:, :3]
     assert not t.is_contiguous()
