@@ -8,8 +8,12 @@
 //! (`ringleader status` from another terminal) find it in a file only that
 //! user can read, under a private directory (`$TMPDIR/ringleader-$UID`,
 //! 0700, owned by the user, not a symlink), named after the store's port;
-//! the launcher removes the file when the job ends. Across nodes there is no
-//! such channel: a multi-node launch without RINGLEADER_TOKEN says so once.
+//! the launcher removes the file when the job ends. A launcher that was
+//! killed cannot: the file also names the process that wrote it (pid and
+//! start time), and a tool that finds the writer gone removes the file
+//! instead of offering its token to whatever store holds that port now.
+//! Across nodes there is no such channel: a multi-node launch without
+//! RINGLEADER_TOKEN says so once.
 
 use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
@@ -72,17 +76,38 @@ pub(crate) fn publish(port: u16, token: &str) -> io::Result<TokenFile> {
     let _ = std::fs::remove_file(&path);
     let mut f =
         OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&path)?;
-    f.write_all(token.as_bytes())?;
+    let pid = std::process::id();
+    let writer = start_time(pid).map_or(String::new(), |t| format!("{pid} {t}\n"));
+    f.write_all(format!("{token}\n{writer}").as_bytes())?;
     Ok(TokenFile { path })
 }
 
+/// When process `pid` started (clock ticks since boot, /proc's field 22),
+/// which tells it from a later process given the same pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from its ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// The token a launcher of this user left for the store on `port`, if any.
+/// A file whose writer is gone (a launcher that was killed) is removed,
+/// not read: the port may serve another store now.
 pub(crate) fn find(port: u16) -> Option<String> {
     let path = token_path(port).ok()?;
-    let mut f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).ok()?;
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
     let mut s = String::new();
-    f.read_to_string(&mut s).ok()?;
-    let t = s.trim().to_string();
+    f.take(4096).read_to_string(&mut s).ok()?;
+    let mut lines = s.lines();
+    let t = lines.next().unwrap_or_default().trim().to_string();
+    let writer: Vec<u64> = lines.next().unwrap_or_default().split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    if let [pid, started] = writer[..] {
+        let alive = u32::try_from(pid).ok().and_then(start_time) == Some(started);
+        if !alive {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+    }
     (!t.is_empty()).then_some(t)
 }
 
@@ -103,5 +128,27 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         drop(f);
         assert_eq!(find(port), None);
+    }
+
+    #[test]
+    fn a_token_left_by_a_process_that_is_gone_is_removed_not_used() {
+        let port = 2;
+        let path = token_path(port).unwrap();
+        let _ = std::fs::remove_file(&path);
+        // A real process that ended: its pid and start time, as a killed
+        // launcher's file would name them.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let (pid, started) = (child.id(), start_time(child.id()));
+        child.wait().unwrap();
+        let writer = started.map_or(format!("{pid} 1"), |t| format!("{pid} {t}"));
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+        f.write_all(format!("{}\n{writer}\n", new_token().unwrap()).as_bytes()).unwrap();
+        assert_eq!(find(port), None);
+        assert!(!path.exists(), "the stale file is removed");
+        // This process is alive: its file is read.
+        let t = new_token().unwrap();
+        let live = publish(port, &t).unwrap();
+        assert_eq!(find(port), Some(t));
+        drop(live);
     }
 }
