@@ -22,6 +22,7 @@ NOT_USED = {
 SCALARS = {
     "int": ctypes.c_int,
     "int64_t": ctypes.c_int64,
+    "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,
     "double": ctypes.c_double,
     "bool": ctypes.c_bool,
