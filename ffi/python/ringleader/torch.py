@@ -77,7 +77,7 @@ from torch._C._distributed_c10d import Backend as _CBackend
 import ringleader
 
 from . import Work as _RLWork
-from . import _callsite, _lib
+from . import _buffers, _callsite, _lib
 
 __all__ = ["RingleaderBackend", "communicator", "BACKEND", "torch_error"]
 
@@ -161,16 +161,9 @@ def _reduce_op(red) -> str:
 _ALL_REDUCE = _lib.lib.rl_all_reduce
 _NOTE_SITE = _callsite.note
 _STRIDED = torch.strided
-_CPU_CODES = {
-    torch.float32: _lib.F32,
-    torch.float64: _lib.F64,
-    torch.float16: _lib.F16,
-    torch.bfloat16: _lib.BF16,
-    torch.int8: _lib.I8,
-    torch.uint8: _lib.U8,
-    torch.int32: _lib.I32,
-    torch.int64: _lib.I64,
-}
+_buffers._torch_tables()
+# The buffers module's dtype table, less bool (see above).
+_CPU_CODES = {dtype: code for dtype, code in _buffers._TORCH_CODES.items() if dtype is not torch.bool}
 # Keyed by the hash of torch's ReduceOp, which is its operation's number
 # (RedOpType): hashing opts.reduceOp costs a third of reading its .op, and a
 # dict keyed by ReduceOp objects would call their pybind11 __eq__ on every
