@@ -22,8 +22,18 @@
 use ringleader_core::{Group, Rank};
 use ringleader_diag::{Beat, Evidence, Liveness, PeerView, Snapshot};
 use ringleader_store::{JobStatus, Liveness as StoreLiveness};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// The job-wide abort record: who failed first, and what it saw. The first
+/// rank to fail writes it to the store; every other rank's agreement reads
+/// it as the failure's origin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct AbortRecord {
+    pub rank: usize,
+    pub observation: ringleader_diag::Observation,
+}
 
 /// How long the decider waits for the snapshots of the ranks that can
 /// still answer.
@@ -131,7 +141,7 @@ impl Agreement {
         self.first = status
             .abort
             .as_deref()
-            .and_then(|raw| serde_json::from_slice::<crate::failure::AbortRecord>(raw).ok())
+            .and_then(|raw| serde_json::from_slice::<AbortRecord>(raw).ok())
             .map(|r| (r.rank, r.observation));
         self.status = Some((status, now));
         self.exits = exits;
@@ -579,7 +589,7 @@ mod tests {
             seq: 2,
             detail: "reset".into(),
         });
-        let record = crate::failure::AbortRecord { rank: 1, observation };
+        let record = AbortRecord { rank: 1, observation };
         st.abort = Some(serde_json::to_vec(&record).unwrap());
         let mut a = Agreement::new(snap(0, world, 2), world, None, true, t0);
         let (ev, _, took) = play(&mut a, &st, &published, t0);

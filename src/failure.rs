@@ -10,13 +10,12 @@
 //! (see [`crate::agreement`], the sans-IO state machine this file drives
 //! against the store).
 
-use crate::agreement::{self, Action, Agreement};
+use crate::agreement::{self, AbortRecord, Action, Agreement};
 use crate::engine::Shared;
 use crate::log;
 use ringleader_core::{Config, Diagnosis, Error, Group, Rank};
 use ringleader_diag::{verdict, Evidence, Liveness, Observation, PeerView, Snapshot};
 use ringleader_store::{keys, JobStatus, StoreClient};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -31,13 +30,6 @@ pub(crate) use agreement::STALE_MS;
 const DUMP_STATUS_MAX_WORLD: usize = 1024;
 /// The largest peer dump read back (a dump holds a bounded flight recorder).
 const DUMP_READ_MAX: u64 = 64 << 20;
-
-/// The job-wide abort record: who failed first, and what it saw.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct AbortRecord {
-    pub rank: usize,
-    pub observation: Observation,
-}
 
 impl Shared {
     /// Turns the local error of the operation recorded as `record` into the

@@ -18,8 +18,8 @@
 //! - polls the pidfds of the peers on its host ([`crate::pidwatch`]), so a
 //!   dead same-host peer is named even when the store died with it.
 
+use crate::agreement::AbortRecord;
 use crate::engine::Shared;
-use crate::failure::AbortRecord;
 use crate::heartbeat::Heartbeat;
 use crate::log;
 use crate::pidwatch::PidWatch;

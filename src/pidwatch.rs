@@ -27,11 +27,6 @@ pub(crate) struct PidWatch {
     watched: Vec<(Rank, OwnedFd)>,
 }
 
-/// This process's pid namespace (`pid:[4026531836]`), empty where unknown.
-pub(crate) fn pid_namespace() -> String {
-    std::fs::read_link("/proc/self/ns/pid").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
 impl PidWatch {
     /// Watches every peer of `peers` that runs on `me`'s host, in `me`'s pid
     /// namespace. A peer whose pidfd cannot be opened (an old kernel, or it
@@ -91,7 +86,14 @@ mod tests {
     use super::*;
 
     fn info(rank: Rank, pid: u32) -> PeerInfo {
-        PeerInfo { rank, pid, host: "h".into(), boot_id: "b".into(), pid_ns: pid_namespace(), ..PeerInfo::default() }
+        PeerInfo {
+            rank,
+            pid,
+            host: "h".into(),
+            boot_id: "b".into(),
+            pid_ns: crate::rendezvous::pid_namespace(),
+            ..PeerInfo::default()
+        }
     }
 
     #[test]

@@ -118,6 +118,12 @@ fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// This process's pid namespace (`pid:[4026531836]`), empty where unknown:
+/// peers compare it before they watch each other's pids.
+pub(crate) fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 /// Client options for this rank's connections to the store.
 pub(crate) fn client_options(cfg: &Config, connect_timeout: Duration) -> ClientOptions {
     let mut o = ClientOptions::new(cfg.run_id.clone());
@@ -205,7 +211,7 @@ fn register_and_connect(
         // Init has checked the name; `parse_algo` gives its canonical form.
         algo: cfg.algo.as_deref().and_then(|a| parse_algo(a).ok().flatten()).unwrap_or("auto").into(),
         streams: cfg.streams,
-        pid_ns: crate::pidwatch::pid_namespace(),
+        pid_ns: pid_namespace(),
     };
     aux.set(&keys::rank(cfg.rank), &serde_json::to_vec(&me).unwrap_or_default())?;
     if let (Some(g), 0) = (&cfg.group, cfg.rank) {

@@ -30,13 +30,14 @@ mod report;
 #[cfg(test)]
 mod sim;
 mod sizes;
+mod spec;
 
 pub(crate) use sizes::parse_size;
 mod worker;
 
-use bench::Average;
 use clap::Args;
 use ringleader_core::{DType, Error, OpKind, ReduceOp};
+use spec::Average;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -287,8 +288,8 @@ impl PerfArgs {
     }
 
     /// The benchmark the workers run.
-    pub(crate) fn spec(&self) -> bench::Spec {
-        bench::Spec {
+    pub(crate) fn spec(&self) -> spec::Spec {
+        spec::Spec {
             op: self.op,
             dtype: self.dtype,
             redop: self.redop,

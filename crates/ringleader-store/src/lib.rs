@@ -79,7 +79,9 @@
 //!   expiry is tested with a synthetic clock, and fuzzed with random
 //!   request sequences.
 //! - [`server`]: a thin tokio layer (the mini-redis structure): an accept
-//!   loop, one task per connection, one actor task that owns the state.
+//!   loop and the actor that owns the state (`server/runtime.rs`), one task
+//!   per connection (`server/connection.rs`), and the events the second
+//!   sends the first (`server/event.rs`, so neither imports the other).
 //! - [`client`]: a blocking client on a std socket in which every wait is
 //!   bounded by a deadline and woken by an [`AbortSignal`](ringleader_core::AbortSignal).
 //! - [`job`]: the liveness vocabulary shared by both sides.

@@ -36,6 +36,7 @@
 use super::check::{Pattern, Sample, POISON};
 use super::report::{Row, Setup};
 use super::sizes::Shape;
+use super::spec::{emulation, Average, Measured, Spec, Variant};
 use half::{bf16, f16};
 use ringleader_core::{DType, Element, OpKind, ReduceOp};
 use std::time::Instant;
@@ -125,122 +126,11 @@ pub(crate) fn call_blocking<T: Element, C: Collectives>(
     }
 }
 
-/// The two column groups of nccl-tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Variant {
-    /// A send buffer and a separate receive buffer.
-    OutOfPlace,
-    /// One buffer: the input is (part of) the output buffer.
-    InPlace,
-}
-
-/// The form ringleader's API has for `op`: in place for all_reduce,
-/// broadcast and reduce, out of place for the others.
-pub(crate) fn native(op: OpKind) -> Variant {
-    if matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll) {
-        Variant::OutOfPlace
-    } else {
-        Variant::InPlace
-    }
-}
-
-/// How `variant` of `op` is run when ringleader's API has no such form:
-/// the copy each operation adds (timed); `None` for the native form.
-pub(crate) fn emulation(op: OpKind, variant: Variant) -> Option<&'static str> {
-    if variant == native(op) {
-        return None;
-    }
-    Some(match op {
-        OpKind::AllReduce => "each rank copies the send buffer into the receive buffer, then all_reduces that in place",
-        OpKind::Broadcast => "the root copies its send buffer into its receive buffer, then every rank broadcasts in place",
-        OpKind::Reduce => {
-            "the root copies its send buffer into its receive buffer and reduces that in place; the other ranks \
-             pass their send buffer, which ringleader's reduce leaves unchanged"
-        }
-        OpKind::AllGather => {
-            "each rank copies its slice of the output buffer into a separate input buffer, then all_gathers into the output"
-        }
-        OpKind::ReduceScatter => {
-            "reduce_scatter writes a separate output buffer, which each rank then copies into its slice of the input buffer"
-        }
-        OpKind::AllToAll => "each rank copies the buffer into a separate send buffer, which all_to_all then reads",
-        _ => return None,
-    })
-}
-
-/// How the ranks' times combine into the one reported (nccl-tests' `-a`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Average {
-    /// `-a 0`: rank 0's time.
-    Rank0,
-    /// `-a 1`: the mean over the ranks.
-    Mean,
-    /// `-a 2`: the fastest rank's.
-    Min,
-    /// `-a 3`: the slowest rank's.
-    Max,
-}
-
-impl Average {
-    /// The mode of nccl-tests' `-a` code (0 to 3).
-    pub(crate) fn from_code(code: u8) -> Option<Average> {
-        Some(match code {
-            0 => Average::Rank0,
-            1 => Average::Mean,
-            2 => Average::Min,
-            3 => Average::Max,
-            _ => return None,
-        })
-    }
-
-    /// nccl-tests' `-a` code.
-    pub(crate) fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Its name in the header and the JSON lines.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Average::Rank0 => "rank0",
-            Average::Mean => "mean",
-            Average::Min => "min",
-            Average::Max => "max",
-        }
-    }
-}
-
 /// Time the adaptive iteration count aims at per size and column group.
 const TARGET_SECS: f64 = 0.3;
 /// Bounds of the adaptive iteration count.
 const MIN_ITERS: usize = 5;
 const MAX_ITERS: usize = 1000;
-
-/// What to benchmark.
-#[derive(Debug, Clone)]
-pub(crate) struct Spec {
-    /// The collective.
-    pub(crate) op: OpKind,
-    /// Element type.
-    pub(crate) dtype: DType,
-    /// Reduce op of the reducing collectives.
-    pub(crate) redop: ReduceOp,
-    /// Root of broadcast and reduce.
-    pub(crate) root: usize,
-    /// Requested sizes in bytes.
-    pub(crate) sizes: Vec<u64>,
-    /// Timed iterations per size and column group; `None`: adaptive.
-    pub(crate) iters: Option<usize>,
-    /// Warm-up iterations per size and column group.
-    pub(crate) warmup: usize,
-    /// Operations per iteration (nccl-tests' `-m`).
-    pub(crate) agg_iters: usize,
-    /// Each operation completes before the next starts (nccl-tests' `-z 1`).
-    pub(crate) blocking: bool,
-    /// Checked iterations per size and column group; 0: no check (`-c`).
-    pub(crate) check: usize,
-    /// How the ranks' times combine (`-a`).
-    pub(crate) average: Average,
-}
 
 /// What the loop reports as it goes.
 #[derive(Debug)]
@@ -299,20 +189,6 @@ pub(crate) fn run_all<C: Collectives>(
         rows.push(row);
     }
     Ok(rows)
-}
-
-/// One column group's measurement, agreed on by every rank.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Measured {
-    /// Time per operation, combined over the ranks as `-a` says.
-    pub(crate) time_s: f64,
-    /// Timed iterations.
-    pub(crate) iters: usize,
-    /// Wrong elements over every rank and checked iteration; `None`
-    /// when checking is off.
-    pub(crate) wrong: Option<u64>,
-    /// Whether the form was emulated ([`emulation`]).
-    pub(crate) emulated: bool,
 }
 
 /// The three buffers of one operation in flight.
@@ -615,6 +491,7 @@ pub(crate) fn across_ranks<C: Collectives>(comm: &C, v: f64, how: Average) -> Co
 #[cfg(test)]
 mod tests {
     use super::super::sim::SimWorld;
+    use super::super::spec::native;
     use super::*;
 
     const OPS: [OpKind; 6] = [

@@ -13,10 +13,11 @@
 //! runs the same sizes, when every rank has a GPU of its own; with fewer
 //! GPUs than ranks, or without the library, a line says why it is skipped.
 
-use super::bench::{across_ranks, adaptive_iters, native, Measured, Spec, Variant};
+use super::bench::{across_ranks, adaptive_iters};
 use super::check::{Pattern, Sample, POISON};
 use super::report::{Row, Setup};
 use super::sizes::Shape;
+use super::spec::{native, Measured, Spec, Variant};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::safe::{Comm as Nccl, Id, NcclType, ReduceOp as NcclOp};
 use half::{bf16, f16};

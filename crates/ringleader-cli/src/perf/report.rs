@@ -15,8 +15,8 @@
 //! (the mean busbw of every measured column group, both groups, as
 //! nccl-tests averages).
 
-use super::bench::{emulation, native, Average, Measured, Spec, Variant};
 use super::sizes::Shape;
+use super::spec::{emulation, native, Average, Measured, Spec, Variant};
 use ringleader_core::{DType, OpKind, ReduceOp};
 use serde::Serialize;
 

@@ -258,7 +258,7 @@ fn conclude(comm: Communicator, result: CommResult<Vec<report::Row>>, json_error
 
 /// The `--device cuda` run: ringleader on device buffers, then NCCL.
 #[cfg(feature = "cuda")]
-fn device_run(comm: Communicator, spec: &super::bench::Spec, gpu: super::device::Gpu, mut json: Option<File>) -> i32 {
+fn device_run(comm: Communicator, spec: &super::spec::Spec, gpu: super::device::Gpu, mut json: Option<File>) -> i32 {
     let rank = Communicator::rank(&comm);
     if rank == 0 {
         println!(

@@ -9,7 +9,7 @@
 use super::channel::{pause, Channel, Failure};
 use super::ClientOptions;
 use crate::auth::{self, Transcript};
-use crate::codec::{self, Challenge, ClientMsg, Hello, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
+use crate::codec::{self, Challenge, ClientHello, ClientMsg, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
 use crate::job::Role;
 use ringleader_core::{Error, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -217,10 +217,10 @@ fn transcript<'a>(challenge: &'a Challenge, client_nonce: &'a [u8; 32], opts: &'
     }
 }
 
-fn hello(opts: &ClientOptions, challenge: &Challenge) -> Hello {
+fn hello(opts: &ClientOptions, challenge: &Challenge) -> ClientHello {
     let client_nonce = auth::nonce();
     let mac = opts.token.as_deref().map(|token| transcript(challenge, &client_nonce, opts).client_mac(token));
-    Hello {
+    ClientHello {
         magic: MAGIC,
         protocol_version: PROTOCOL_VERSION,
         library_version: opts.library_version.clone(),

@@ -1,7 +1,7 @@
 //! The messages of the store protocol and their encodings.
 //!
 //! A connection starts with the server's [`Challenge`], the client's
-//! [`Hello`] and the server's [`Welcome`] (or [`WireError`] rejection); after
+//! [`ClientHello`] and the server's [`Welcome`] (or [`WireError`] rejection); after
 //! that the client sends [`Request`]s, each tagged with an id that the
 //! matching [`Response`] echoes. Ids let a client that gave up on a wait
 //! (deadline, abort) skip the late answer instead of mistaking it for the
@@ -28,7 +28,7 @@ pub(crate) struct Challenge {
 
 /// The client's answer to the challenge: who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hello {
+pub(crate) struct ClientHello {
     pub(crate) magic: u32,
     pub(crate) protocol_version: u16,
     pub(crate) library_version: String,
@@ -176,7 +176,7 @@ pub(crate) enum Response {
 /// Everything a client sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ClientMsg {
-    Hello(Hello),
+    Hello(ClientHello),
     Request { id: u64, req: Request },
 }
 
@@ -217,7 +217,7 @@ impl ClientMsg {
 
     pub(crate) fn decode(d: &mut Dec<'_>) -> R<Self> {
         match d.u8("message tag")? {
-            TAG_HELLO => Ok(ClientMsg::Hello(Hello::decode(d)?)),
+            TAG_HELLO => Ok(ClientMsg::Hello(ClientHello::decode(d)?)),
             TAG_REQUEST => Ok(ClientMsg::Request { id: d.u64("request id")?, req: Request::decode(d)? }),
             tag => Err(CodecError::UnknownTag { what: "client message", tag }),
         }
@@ -292,10 +292,10 @@ impl Challenge {
     }
 }
 
-impl Hello {
+impl ClientHello {
     /// Like [`Challenge::decode_foreign`]: only the shared leading fields.
     pub(crate) fn decode_foreign(d: &mut Dec<'_>) -> R<Self> {
-        let hello = Hello {
+        let hello = ClientHello {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
             library_version: d.string("library version", MAX_TEXT).unwrap_or_else(|_| "an unknown version".into()),
@@ -327,7 +327,7 @@ impl Hello {
     }
 
     pub(crate) fn decode(d: &mut Dec<'_>) -> R<Self> {
-        Ok(Hello {
+        Ok(ClientHello {
             magic: d.u32("magic")?,
             protocol_version: d.u16("protocol version")?,
             library_version: d.string("library version", MAX_TEXT)?,

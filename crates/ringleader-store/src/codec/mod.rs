@@ -15,7 +15,7 @@
 mod messages;
 mod wire;
 
-pub(crate) use messages::{Challenge, ClientMsg, Hello, Request, Response, ServerMsg, Welcome, WireError};
+pub(crate) use messages::{Challenge, ClientHello, ClientMsg, Request, Response, ServerMsg, Welcome, WireError};
 
 use messages::{TAG_CHALLENGE, TAG_HELLO};
 use wire::{Dec, Enc};
@@ -110,14 +110,14 @@ pub(crate) fn decode_greeting(buf: &[u8]) -> Result<Option<(Challenge, usize)>, 
 
 /// Decodes a client's first frame, which must be a hello; like
 /// [`decode_greeting`] it refuses strangers early.
-pub(crate) fn decode_hello(buf: &[u8]) -> Result<Option<(Hello, usize)>, CodecError> {
+pub(crate) fn decode_hello(buf: &[u8]) -> Result<Option<(ClientHello, usize)>, CodecError> {
     check_prefix(buf, TAG_HELLO)?;
     decode_with(buf, MAX_HANDSHAKE_FRAME, |d| {
         d.u8("message tag")?;
         if peek_protocol(d) == Some(PROTOCOL_VERSION) {
-            Hello::decode(d)
+            ClientHello::decode(d)
         } else {
-            Hello::decode_foreign(d)
+            ClientHello::decode_foreign(d)
         }
     })
 }

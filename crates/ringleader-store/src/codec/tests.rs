@@ -9,8 +9,8 @@ fn challenge() -> Challenge {
     Challenge { magic: MAGIC, protocol_version: PROTOCOL_VERSION, library_version: "0.1.0".into(), nonce: [7; 32] }
 }
 
-fn hello() -> Hello {
-    Hello {
+fn hello() -> ClientHello {
+    ClientHello {
         magic: MAGIC,
         protocol_version: PROTOCOL_VERSION,
         library_version: "0.1.0".into(),

@@ -13,7 +13,7 @@
 //! How long a connection may take to say hello is the state's business: it
 //! sends a refusal when the time is up, which ends this task.
 
-use super::runtime::Event;
+use super::event::Event;
 use crate::codec::{self, ClientMsg, Response, ServerMsg, WireError};
 use crate::state::{weight, ConnId};
 use bytes::{Buf, BytesMut};

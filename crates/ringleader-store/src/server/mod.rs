@@ -20,6 +20,7 @@
 //! port is reported at once by [`StoreServer::bind`].
 
 mod connection;
+mod event;
 mod holder;
 mod runtime;
 

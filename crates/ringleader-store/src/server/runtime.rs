@@ -1,52 +1,22 @@
 //! The accept loop and the actor that owns the state.
 
 use super::connection;
+use super::event::Event;
 use super::ServerOptions;
 use crate::auth;
-use crate::codec::{Hello, Request, ServerMsg};
+use crate::codec::ServerMsg;
 use crate::state::{ConnId, Outbox, ServerState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot};
 
 /// Events queued for the actor before connection tasks wait (backpressure).
 const EVENT_QUEUE: usize = 1024;
 const FIRST_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-
-/// What connection tasks tell the actor.
-#[derive(Debug)]
-pub(super) enum Event {
-    /// A connection was accepted; answers to it go to `outbox`.
-    Opened {
-        conn: ConnId,
-        outbox: mpsc::UnboundedSender<ServerMsg>,
-    },
-    Hello {
-        conn: ConnId,
-        hello: Hello,
-    },
-    Request {
-        conn: ConnId,
-        id: u64,
-        req: Request,
-        /// The room a large frame took in the input budget, returned once
-        /// the state has the request.
-        input: Option<OwnedSemaphorePermit>,
-    },
-    /// Answers weighing this much in all left for the socket.
-    Written {
-        conn: ConnId,
-        weight: u64,
-    },
-    /// The connection ended, for whatever reason.
-    Closed {
-        conn: ConnId,
-    },
-}
 
 /// Serves until `stop` fires (or its sender is dropped). Returning drops the
 /// runtime, which cancels every connection task and so closes its socket.

@@ -14,7 +14,7 @@
 
 use super::{weight, ConnId, Limits, ServerState};
 use crate::auth::Transcript;
-use crate::codec::{Hello, Request, Response, ServerMsg, MAGIC, PROTOCOL_VERSION};
+use crate::codec::{ClientHello, Request, Response, ServerMsg, MAGIC, PROTOCOL_VERSION};
 use crate::job::Role;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -124,7 +124,7 @@ fn request(s: &mut Script<'_>) -> Option<Request> {
 }
 
 /// A hello from the script, with a valid proof of the token or not.
-fn hello(s: &mut Script<'_>, nonce: &[u8; 32]) -> Option<Hello> {
+fn hello(s: &mut Script<'_>, nonce: &[u8; 32]) -> Option<ClientHello> {
     let role = s.pick(&[Role::Member, Role::Aux, Role::Tool])?;
     let rank = match s.byte()? % 5 {
         0 => None,
@@ -144,7 +144,7 @@ fn hello(s: &mut Script<'_>, nonce: &[u8; 32]) -> Option<Hello> {
         1 => host = "h".repeat(300),
         _ => {}
     }
-    let mut h = Hello {
+    let mut h = ClientHello {
         magic: MAGIC,
         protocol_version: PROTOCOL_VERSION,
         library_version: "0.1.0".into(),

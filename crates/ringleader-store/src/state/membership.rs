@@ -33,7 +33,7 @@
 use super::run::{RankEntry, Run, RANK};
 use super::{ConnId, Outbox, ServerState};
 use crate::auth::Transcript;
-use crate::codec::{Challenge, Hello, Request, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
+use crate::codec::{Challenge, ClientHello, Request, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
 use crate::job::{Liveness, Role};
 use crate::keys;
 use ringleader_core::config::MAX_RUN_ID;
@@ -185,7 +185,7 @@ impl ServerState {
 
     /// The client's hello: admits it (a welcome, and for a member a job
     /// event) or rejects it (the IO layer sends the rejection, then closes).
-    pub(crate) fn handle_hello(&mut self, conn: ConnId, hello: Hello, now: Instant) -> Outbox {
+    pub(crate) fn handle_hello(&mut self, conn: ConnId, hello: ClientHello, now: Instant) -> Outbox {
         let Some(Conn::Greeted { nonce }) = self.conns.get(&conn) else {
             return Outbox::new();
         };
@@ -206,7 +206,7 @@ impl ServerState {
     }
 
     /// Checks a hello (see the module docs for the order).
-    fn admit(&mut self, hello: &Hello, nonce: &[u8; 32], now: Instant) -> Result<Admission, WireError> {
+    fn admit(&mut self, hello: &ClientHello, nonce: &[u8; 32], now: Instant) -> Result<Admission, WireError> {
         if hello.magic != MAGIC {
             return Err(WireError::Protocol { detail: "the hello has the wrong magic".into() });
         }
@@ -266,7 +266,7 @@ impl ServerState {
         Ok(Admission { server_mac, run, create, access })
     }
 
-    fn check_token(&self, hello: &Hello, nonce: &[u8; 32]) -> Result<Option<[u8; 32]>, WireError> {
+    fn check_token(&self, hello: &ClientHello, nonce: &[u8; 32]) -> Result<Option<[u8; 32]>, WireError> {
         let Some(token) = &self.token else {
             return Ok(None);
         };
@@ -288,7 +288,7 @@ impl ServerState {
     }
 
     /// The run a hello belongs to, and whether it must be created.
-    fn find_run(&mut self, hello: &Hello) -> Result<(String, bool), WireError> {
+    fn find_run(&mut self, hello: &ClientHello) -> Result<(String, bool), WireError> {
         let any = hello.role == Role::Tool && hello.run_id == "*";
         if let Some(ours) = &self.serves {
             return match any || hello.run_id == *ours {
@@ -346,7 +346,7 @@ impl ServerState {
     }
 
     /// Records an admitted connection; a member's arrival is a job event.
-    fn register(&mut self, conn: ConnId, hello: Hello, a: Admission, now: Instant, out: &mut Outbox) {
+    fn register(&mut self, conn: ConnId, hello: ClientHello, a: Admission, now: Instant, out: &mut Outbox) {
         if a.create {
             tracing::info!(run = %a.run, "store serves a new run");
             self.runs.insert(a.run.clone(), Run::default());
@@ -494,14 +494,14 @@ impl ServerState {
 
 /// Whether an auxiliary hello naming `rank` comes from that rank's member
 /// process (same host and pid, member connected).
-fn is_members_helper(run: &Run, rank: u32, hello: &Hello) -> bool {
+fn is_members_helper(run: &Run, rank: u32, hello: &ClientHello) -> bool {
     run.ranks
         .get(&rank)
         .is_some_and(|m| m.liveness == Liveness::Connected && m.host == hello.host && m.pid == hello.pid)
 }
 
 /// Sizes of the hello's fields and what its role needs.
-fn check_fields(hello: &Hello) -> Result<(), WireError> {
+fn check_fields(hello: &ClientHello) -> Result<(), WireError> {
     let any = hello.role == Role::Tool && hello.run_id == "*";
     if !any {
         if let Err(e) = ringleader_core::config::check_run_id("run id", &hello.run_id) {
@@ -556,7 +556,7 @@ fn short(s: &str) -> &str {
     &s[..end]
 }
 
-fn version_mismatch(hello: &Hello) -> WireError {
+fn version_mismatch(hello: &ClientHello) -> WireError {
     let who = match hello.host.is_empty() {
         true => "the connecting process".to_string(),
         false => format!("{} pid {}", short(&hello.host), hello.pid),

@@ -3,7 +3,7 @@
 use super::membership::{MAX_HEARTBEAT, MAX_HOST, MAX_WORLD};
 use super::*;
 use crate::auth::Transcript;
-use crate::codec::{Hello, Request, Welcome, MAGIC, PROTOCOL_VERSION};
+use crate::codec::{ClientHello, Request, Welcome, MAGIC, PROTOCOL_VERSION};
 use crate::job::{JobStatus, Liveness, Role};
 use std::time::Duration;
 
@@ -13,8 +13,8 @@ struct Harness {
     next_conn: u64,
 }
 
-fn hello(role: Role, rank: Option<u32>, pid: u32) -> Hello {
-    Hello {
+fn hello(role: Role, rank: Option<u32>, pid: u32) -> ClientHello {
+    ClientHello {
         magic: MAGIC,
         protocol_version: PROTOCOL_VERSION,
         library_version: "0.1.0".into(),
@@ -44,7 +44,7 @@ impl Harness {
 
     /// Opens a connection and sends `hello`; answers the connection, the
     /// server's reply to it, and the rest of the output.
-    fn open(&mut self, mut hello: Hello, token: Option<&str>, ms: u64) -> (ConnId, ServerMsg, Outbox) {
+    fn open(&mut self, mut hello: ClientHello, token: Option<&str>, ms: u64) -> (ConnId, ServerMsg, Outbox) {
         self.next_conn += 1;
         let conn = ConnId(self.next_conn);
         let opened = self.state.connection_opened(conn, [self.next_conn as u8; 32], self.at(ms));
@@ -90,7 +90,7 @@ impl Harness {
     }
 }
 
-fn transcript<'a>(server_nonce: &'a [u8; 32], h: &'a Hello) -> Transcript<'a> {
+fn transcript<'a>(server_nonce: &'a [u8; 32], h: &'a ClientHello) -> Transcript<'a> {
     Transcript { server_nonce, client_nonce: &h.client_nonce, run_id: &h.run_id, role: h.role, rank: h.rank }
 }
 
@@ -702,7 +702,7 @@ fn connections_besides_members_follow_the_world_size() {
 
 // ---- several runs ----
 
-fn of_run(run: &str, mut h: Hello) -> Hello {
+fn of_run(run: &str, mut h: ClientHello) -> ClientHello {
     h.run_id = run.into();
     h
 }

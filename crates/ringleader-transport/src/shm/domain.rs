@@ -1,15 +1,13 @@
 //! A rank's shared-memory domain: creating its segment, mapping its local
 //! peers' segments, and handing out the links between them.
 
-use super::link::{read_process, ShmLink};
+use super::cross_memory::read_process;
 use super::room::{allocate, check_room, human, leave_note, no_room, shm_error, FAILED_NOTE, SHM_DIR};
 use super::segment::{remove_stale_segments, segment_len, segment_name, Mapping, MAGIC};
-use super::waiter::Waiter;
 use ringleader_core::{AbortSignal, Error, Rank, Result};
 use rustix::fs::Mode;
 use rustix::shm::OFlags;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a peer's segment could not be mapped.
@@ -189,32 +187,6 @@ impl Domain {
         let others: Vec<Rank> = self.local.iter().copied().filter(|r| *r != owner).collect();
         let i = others.iter().position(|r| *r == peer).expect("peer is local");
         i * self.streams + stream
-    }
-
-    /// The links to every mapped local peer, `streams` each, and a handle
-    /// to this rank's doorbell for waiting.
-    pub fn links(self) -> (Vec<(Rank, Vec<ShmLink>)>, Waiter) {
-        let rings = (self.local.len() - 1) * self.streams;
-        let d = Arc::new(self);
-        let mut out = Vec::new();
-        for &peer in &d.local {
-            if peer == d.rank || d.peers[peer].is_none() {
-                continue;
-            }
-            let links = (0..d.streams)
-                .map(|s| ShmLink {
-                    domain: d.clone(),
-                    peer,
-                    rx: d.slot(d.rank, peer, s),
-                    tx: d.slot(peer, d.rank, s),
-                    rings,
-                    remote_sent: 0,
-                    remote_read: 0,
-                })
-                .collect();
-            out.push((peer, links));
-        }
-        (out, Waiter { domain: d })
     }
 }
 

@@ -1,8 +1,10 @@
 //! One stream to one local peer over a pair of rings, and the single-copy
 //! frames that skip the ring (see the module docs).
 
+use super::cross_memory::read_process;
 use super::domain::Domain;
 use super::segment::{ring_bell, Mapping};
+use super::waiter::Waiter;
 use super::{PUBLISH_EVERY, RING_BYTES};
 use crate::link::{Mapped, ReadOutcome, SingleCopy, Wake};
 use ringleader_core::Rank;
@@ -31,24 +33,39 @@ impl std::fmt::Debug for ShmLink {
     }
 }
 
-/// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`
-/// (cross-memory attach); returns how many arrived.
-pub(super) fn read_process(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<usize> {
-    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() };
-    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: dst.len() };
-    // SAFETY: `local` describes `dst`, which we borrow mutably for the
-    // call; the kernel validates the remote range and fails with EFAULT
-    // rather than touch anything else.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
-
 /// A ring position that does not make sense: the peer corrupted it.
 pub(super) fn corrupt(peer: Rank) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, format!("rank {peer} left an impossible ring position"))
+}
+
+// Linking lives beside the link it builds, so that the domain (the
+// segments) knows nothing of the links made from it.
+impl Domain {
+    /// The links to every mapped local peer, `streams` each, and a handle
+    /// to this rank's doorbell for waiting.
+    pub fn links(self) -> (Vec<(Rank, Vec<ShmLink>)>, Waiter) {
+        let rings = (self.local.len() - 1) * self.streams;
+        let d = Arc::new(self);
+        let mut out = Vec::new();
+        for &peer in &d.local {
+            if peer == d.rank || d.peers[peer].is_none() {
+                continue;
+            }
+            let links = (0..d.streams)
+                .map(|s| ShmLink {
+                    domain: d.clone(),
+                    peer,
+                    rx: d.slot(d.rank, peer, s),
+                    tx: d.slot(peer, d.rank, s),
+                    rings,
+                    remote_sent: 0,
+                    remote_read: 0,
+                })
+                .collect();
+            out.push((peer, links));
+        }
+        (out, Waiter { domain: d })
+    }
 }
 
 impl ShmLink {

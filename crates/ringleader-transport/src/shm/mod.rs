@@ -45,11 +45,13 @@
 //!
 //! Where each part lives: `segment.rs` the shared layout (doorbell, ring
 //! headers) and the mapping; `room.rs` whether `/dev/shm` can hold the
-//! job; `domain.rs` creating, opening and linking the segments;
-//! `link.rs` a ring pair as a [`crate::Link`]; `waiter.rs` sleeping on
-//! the doorbell.
+//! job; `domain.rs` creating and opening the segments; `link.rs` a ring
+//! pair as a [`crate::Link`], and the links made from a domain;
+//! `cross_memory.rs` reading a peer's memory (single copy and its probe);
+//! `waiter.rs` sleeping on the doorbell.
 #![allow(unsafe_code)]
 
+mod cross_memory;
 mod domain;
 mod link;
 mod room;
