@@ -5,153 +5,18 @@
 //! the test fails.
 
 use ringleader_store::{ClientOptions, ServerOptions, StoreClient, StoreServer};
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringleader");
+mod common;
 
-/// A started `ringleader` process whose output is being collected.
-struct Running {
-    child: Child,
-    started: Instant,
-    stdout: JoinHandle<String>,
-    stderr: JoinHandle<String>,
-}
-
-/// A finished one.
-#[derive(Debug)]
-struct Finished {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_remove("OMP_NUM_THREADS")
-        .env_remove("PYTHONUNBUFFERED")
-        .process_group(0);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("start ringleader");
-    let collect = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let stdout = collect(Box::new(child.stdout.take().unwrap()));
-    let stderr = collect(Box::new(child.stderr.take().unwrap()));
-    Running { child, started: Instant::now(), stdout, stderr }
-}
-
-impl Running {
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
-    }
-
-    /// Waits at most `limit` from the start; past it, kills the process group
-    /// and fails the test with what was printed so far.
-    fn finish(mut self, limit: Duration) -> Finished {
-        let deadline = self.started + limit;
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break Some(st);
-            }
-            if Instant::now() >= deadline {
-                // SAFETY: kill(2) on our own child's process group.
-                unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let elapsed = self.started.elapsed();
-        let f = Finished {
-            code: status.and_then(|s| s.code()),
-            stdout: self.stdout.join().unwrap(),
-            stderr: self.stderr.join().unwrap(),
-            elapsed,
-        };
-        assert!(status.is_some(), "still running after {limit:?}: {f:#?}");
-        f
-    }
-}
+use common::{alive, gone_soon, start_env as start, Finished, Scratch, BIN};
 
 fn launch(args: &[&str], limit: Duration) -> Finished {
     let mut all = vec!["launch"];
     all.extend_from_slice(args);
     start(&all, &[]).finish(limit)
-}
-
-/// A scratch directory for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("rl-launch-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-
-    fn read_pid(&self, name: &str) -> i32 {
-        std::fs::read_to_string(self.0.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).trim().parse().unwrap()
-    }
-
-    /// Waits (bounded) until every file in `names` exists.
-    fn wait_for(&self, names: &[&str], limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while !names.iter().all(|n| self.0.join(n).exists()) {
-            assert!(Instant::now() < deadline, "{names:?} did not appear");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Whether `pid` is a live process (a zombie counts as gone).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            !state.starts_with('Z') && !state.starts_with('X')
-        }
-    }
-}
-
-/// Waits (bounded) for `pid` to be gone; its reaping can lag its death.
-fn gone_soon(pid: i32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while alive(pid) {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
 }
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -529,34 +394,11 @@ fn endings_are_recorded_in_the_store() {
 
 #[test]
 fn standalone_store_serves_until_sigterm() {
-    let mut child = Command::new(BIN)
-        .args(["store", "--port", "0", "--host", "127.0.0.1", "--token-env", "RL_TEST_TOKEN"])
-        .env("RL_TEST_TOKEN", "s3cret")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
-        let _ = tx.send(line);
-    });
-    let mut stderr = child.stderr.take().unwrap();
-    let run = Running {
-        child,
-        started: Instant::now(),
-        stdout: std::thread::spawn(String::new),
-        stderr: std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        }),
-    };
-    let line = rx.recv_timeout(LIMIT);
+    let run = start(
+        &["store", "--port", "0", "--host", "127.0.0.1", "--token-env", "RL_TEST_TOKEN"],
+        &[("RL_TEST_TOKEN", "s3cret")],
+    );
+    let line = run.stdout_line(LIMIT).ok_or("no first line");
     let checked = line.as_ref().ok().and_then(|l| {
         let addr = l.trim().strip_prefix("ringleader store listening on ")?.to_string();
         let refused = store_client(&addr, "any-run", None).is_err();
@@ -645,7 +487,7 @@ fn sighup_to_the_launcher_leaves_the_job_running_to_its_end() {
     run.signal(libc::SIGHUP);
     // Wait (bounded) until the launcher has taken the signal: it is no
     // longer pending for the process.
-    let status = format!("/proc/{}/status", run.child.id());
+    let status = format!("/proc/{}/status", run.pid());
     let hup = 1u64 << (libc::SIGHUP - 1);
     let deadline = Instant::now() + LIMIT;
     loop {
@@ -657,7 +499,7 @@ fn sighup_to_the_launcher_leaves_the_job_running_to_its_end() {
         assert!(Instant::now() < deadline, "SIGHUP stayed pending");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(alive(run.child.id() as i32), "the launcher died of SIGHUP");
+    assert!(alive(run.pid() as i32), "the launcher died of SIGHUP");
     // The launcher said it ignores it; the job finishes on its own.
     std::fs::write(dir.0.join("go"), b"").unwrap();
     let f = run.finish(LIMIT);

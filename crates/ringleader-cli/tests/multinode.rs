@@ -11,14 +11,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringleader");
+mod common;
+
+use common::{Finished, Running, BIN};
+
 const NETNS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns.sh");
 /// Turns this test binary into a worker rank.
 const SCENARIO: &str = "RL_MULTINODE_WORKER";
@@ -162,18 +162,7 @@ impl Cluster {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-        let mut child = cmd.spawn().expect("start a node");
-        let collect = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        };
-        let stdout = collect(Box::new(child.stdout.take().unwrap()));
-        let stderr = collect(Box::new(child.stderr.take().unwrap()));
-        Running { child, started: Instant::now(), stdout, stderr }
+        Running::spawn(cmd)
     }
 
     /// `ringleader launch` of a 2-rank node `i` of `nnodes` whose node 0 is
@@ -203,57 +192,8 @@ impl Drop for Cluster {
     }
 }
 
-/// A started node.
-struct Running {
-    child: Child,
-    started: Instant,
-    stdout: JoinHandle<String>,
-    stderr: JoinHandle<String>,
-}
-
-/// A finished one.
-#[derive(Debug)]
-struct Finished {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Running {
-    /// Stops a process that runs until told (SIGTERM to its group).
-    fn terminate(self) -> Finished {
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGTERM) };
-        self.finish()
-    }
-
-    /// Waits at most `LIMIT` from the start; past it, kills the process group
-    /// (the ranks follow through their parent-death signal) and fails the test.
-    fn finish(mut self) -> Finished {
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break Some(st);
-            }
-            if self.started.elapsed() >= LIMIT {
-                // SAFETY: kill(2) on our own child's process group.
-                unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let f = Finished {
-            code: status.and_then(|s| s.code()),
-            stdout: self.stdout.join().unwrap(),
-            stderr: self.stderr.join().unwrap(),
-        };
-        assert!(status.is_some(), "still running after {LIMIT:?}: {f:#?}");
-        f
-    }
-}
-
 fn finish_all(nodes: Vec<Running>) -> Vec<Finished> {
-    nodes.into_iter().map(Running::finish).collect()
+    nodes.into_iter().map(|n| n.finish(LIMIT)).collect()
 }
 
 /// What a rank printed: `[rankR]: TAG rest` lines of a launcher's stdout.
@@ -589,13 +529,13 @@ fn a_taken_store_port_on_node_0_is_port_in_use_naming_the_holder() {
         assert!(Instant::now() < deadline, "the stale store never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let node0 = c.launch(0, 2, "10.77.0.1", &[], &[("RINGLEADER_INIT_TIMEOUT", "2")]).finish();
+    let node0 = c.launch(0, 2, "10.77.0.1", &[], &[("RINGLEADER_INIT_TIMEOUT", "2")]).finish(LIMIT);
     assert_eq!(node0.code, Some(1), "{node0:#?}");
     assert!(node0.stderr.contains("[port-in-use] cannot listen on 0.0.0.0:29501"), "{node0:#?}");
     assert!(node0.stderr.contains("(ringleader)"), "names the holder: {node0:#?}");
-    let doctor = c.doctor(0, "10.77.0.1", &[]).finish();
+    let doctor = c.doctor(0, "10.77.0.1", &[]).finish(LIMIT);
     assert_eq!(doctor.code, Some(1), "{doctor:#?}");
     let row = doctor.stdout.lines().find(|l| l.starts_with("  FAIL  store port free")).unwrap_or_default();
     assert!(row.contains("(ringleader)"), "{}", doctor.stdout);
-    stale.terminate();
+    stale.terminate(LIMIT);
 }
