@@ -9,6 +9,11 @@
 use crate::frame::HEADER_LEN;
 use std::collections::VecDeque;
 
+/// Bytes of the address a single-copy descriptor carries (the payload
+/// held in the writer's memory), which an incoming frame keeps as it
+/// arrives.
+pub(super) const ADDR_LEN: usize = 8;
+
 /// Bytes reduced per piece when a reduce-receive arrives: small enough to
 /// stay in cache between the copy out of the socket and the reduction.
 pub(super) const STAGING: usize = 256 << 10;
@@ -56,7 +61,7 @@ pub(super) struct Incoming {
     /// Bytes of a reduce-receive waiting in the staging buffer.
     pub staged: usize,
     /// A single-copy frame's address in the peer, as it arrives...
-    pub addr: [u8; super::single_copy::ADDR_LEN],
+    pub addr: [u8; ADDR_LEN],
     /// ...and how many bytes of its payload are copied.
     pub remote_got: usize,
 }
@@ -68,7 +73,7 @@ impl Default for Incoming {
             hdr: [0; HEADER_LEN],
             payload: Payload::Inline,
             staged: 0,
-            addr: [0; super::single_copy::ADDR_LEN],
+            addr: [0; ADDR_LEN],
             remote_got: 0,
         }
     }

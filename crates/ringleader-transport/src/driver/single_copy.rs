@@ -11,7 +11,7 @@
 //! (the copy, the counters) is in [`crate::shm`]; when the driver uses it
 //! is decided in [`super::send`].
 
-use super::chan::{staging, ChanRun, STAGING};
+use super::chan::{staging, ChanRun, ADDR_LEN, STAGING};
 use super::frame_io::lost;
 use super::strategy::{reduce_piece, rw};
 use crate::frame::HEADER_LEN;
@@ -19,8 +19,6 @@ use crate::link::{Link, ReadOutcome};
 use crate::plan::{Buf, OpInfo, RecvItem, RecvMode};
 use ringleader_core::{Error, Result};
 
-/// Bytes of the address a single-copy descriptor carries.
-pub(super) const ADDR_LEN: usize = 8;
 /// Bytes copied per `process_vm_readv` of a single-copy frame: the driver
 /// turns to its other links in between.
 const REMOTE_PIECE: usize = 2 << 20;
