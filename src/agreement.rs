@@ -10,8 +10,13 @@
 //! time for those not there yet (dead ranks write none: the verdict is
 //! made from what arrived), runs the verdict engine once and publishes the
 //! verdict. Every other rank *follows*: it waits for that one verdict.
-//! A follower whose wait passes (the decider died or stalled) decides
-//! itself, so a verdict always comes.
+//! A follower whose wait passes (the decider died or stalled) claims the
+//! succession: it adds 1 to the round's counter in the store, and the one
+//! rank that finds it at 1 decides in the dead decider's place while the
+//! others wait again. So a failure whose decider dies costs one more
+//! gather, not one per rank; after [`SUCCESSIONS`] rounds without a
+//! verdict, every rank still waiting decides itself, so a verdict always
+//! comes.
 //!
 //! No request reads every snapshot at once, and only the decider reads
 //! them, so the job's cost of a failure is O(N) bytes, not the O(N²) of
@@ -41,6 +46,9 @@ pub(crate) const GATHER: Duration = Duration::from_secs(2);
 /// How long a follower waits for the decider's verdict before deciding
 /// itself: the gather and time to read and judge the snapshots.
 pub(crate) const FOLLOW: Duration = Duration::from_secs(7);
+/// Rounds of succession (a new decider chosen when the last one gave no
+/// verdict in time) before every waiting rank decides itself.
+pub(crate) const SUCCESSIONS: u32 = 3;
 /// A heartbeat older than this means the process stopped answering.
 pub(crate) const STALE_MS: u64 = 3000;
 /// Snapshots read per request.
@@ -72,6 +80,9 @@ pub(crate) enum Action {
     /// Wait up to `wait` for these ranks' snapshots to exist, then read
     /// those that do; feed them to [`Agreement::snapshots`].
     ReadSnapshots { ranks: Vec<Rank>, wait: Duration },
+    /// No verdict came in time: add 1 to the succession counter of
+    /// `round`; feed the value it now holds to [`Agreement::claimed`].
+    ClaimSuccession { round: u32 },
     /// Nothing to read before `until`: sleep (abortably), then ask again.
     Pause { until: Instant },
     /// Wait until `until` for the verdict another rank publishes; feed
@@ -89,6 +100,10 @@ pub(crate) struct Agreement {
     world: usize,
     group: Option<Group>,
     deciding: bool,
+    /// Succession rounds claimed so far...
+    rounds: u32,
+    /// ...and whether the next claim is due.
+    claim_due: bool,
     /// The decider's end of the gather, or the follower's end of its wait.
     deadline: Instant,
     status: Option<(JobStatus, Instant)>,
@@ -115,6 +130,8 @@ impl Agreement {
             world,
             group,
             deciding: decides,
+            rounds: 0,
+            claim_due: false,
             deadline: now + if decides { GATHER } else { FOLLOW },
             status: None,
             exits: BTreeMap::new(),
@@ -127,9 +144,8 @@ impl Agreement {
         }
     }
 
-    /// Whether this rank decides (it set the abort record, or its wait for
-    /// the decider's verdict passed).
-    #[cfg(test)]
+    /// Whether this rank decides (it set the abort record, or it won a
+    /// succession, or every succession passed without a verdict).
     pub(crate) fn deciding(&self) -> bool {
         self.deciding
     }
@@ -161,16 +177,44 @@ impl Agreement {
     }
 
     /// The follower's wait for a verdict passed at `now` without one:
-    /// decide.
+    /// claim the succession, or, after [`SUCCESSIONS`] rounds, decide.
     pub(crate) fn no_verdict(&mut self, now: Instant) {
-        if !self.deciding {
-            self.deciding = true;
-            self.deadline = now + GATHER;
+        if self.deciding {
+            return;
         }
+        if self.rounds < SUCCESSIONS {
+            self.claim_due = true;
+        } else {
+            self.decide_from(now);
+        }
+    }
+
+    /// The succession counter of the round just claimed holds `value`
+    /// (read at `now`): 1 makes this rank the decider; otherwise another
+    /// rank claimed it first, and this one waits for its verdict.
+    pub(crate) fn claimed(&mut self, value: i64, now: Instant) {
+        if !self.claim_due {
+            return;
+        }
+        self.claim_due = false;
+        self.rounds += 1;
+        if value == 1 {
+            self.decide_from(now);
+        } else {
+            self.deadline = now + FOLLOW;
+        }
+    }
+
+    fn decide_from(&mut self, now: Instant) {
+        self.deciding = true;
+        self.deadline = now + GATHER;
     }
 
     /// What to do at `now`.
     pub(crate) fn next(&mut self, now: Instant) -> Action {
+        if self.claim_due {
+            return Action::ClaimSuccession { round: self.rounds };
+        }
         if !self.deciding {
             return Action::AwaitVerdict { until: self.deadline };
         }
@@ -408,6 +452,8 @@ mod tests {
                     now = until;
                     a.no_verdict(now);
                 }
+                // Alone in the job: every claim wins.
+                Action::ClaimSuccession { .. } => a.claimed(1, now),
                 Action::Decide(ev) => return (*ev, most, now - t0),
             }
         }
@@ -479,7 +525,9 @@ mod tests {
                     a.snapshots(ranks.iter().filter_map(|r| published.get(r).cloned()).collect(), now);
                 }
                 Action::Pause { until } => now = until,
-                Action::AwaitVerdict { .. } => panic!("the decider never waits for a verdict"),
+                Action::AwaitVerdict { .. } | Action::ClaimSuccession { .. } => {
+                    panic!("the decider never waits for a verdict")
+                }
                 Action::Decide(ev) => break ev,
             }
         };
@@ -555,7 +603,9 @@ mod tests {
                     a.snapshots(ranks.iter().filter_map(|r| published.get(r).cloned()).collect(), now);
                 }
                 Action::Pause { until } => now = until,
-                Action::AwaitVerdict { .. } => panic!("the decider never waits for a verdict"),
+                Action::AwaitVerdict { .. } | Action::ClaimSuccession { .. } => {
+                    panic!("the decider never waits for a verdict")
+                }
                 Action::Decide(ev) => break ev,
             }
         };
@@ -565,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn a_follower_waits_for_the_verdict_then_decides_itself() {
+    fn a_follower_waits_for_the_verdict_then_claims_the_succession() {
         let world = 16;
         let t0 = Instant::now();
         let mut a = Agreement::new(snap(3, world, 2), world, None, false, t0);
@@ -573,8 +623,61 @@ mod tests {
         assert_eq!(until, t0 + FOLLOW);
         assert!(!a.deciding());
         a.no_verdict(until);
+        let Action::ClaimSuccession { round: 0 } = a.next(until) else { panic!("it claims round 0") };
+        a.claimed(1, until);
         assert!(a.deciding());
         assert!(matches!(a.next(until), Action::ReadStatus { .. }));
+    }
+
+    /// Every follower of a job whose decider (and whose successors) never
+    /// publish a verdict, played together against one set of succession
+    /// counters: returns, per round, the ranks that decided in it.
+    fn successions(world: usize, verdict_after_round: Option<u32>) -> Vec<Vec<Rank>> {
+        let t0 = Instant::now();
+        let mut followers: Vec<Agreement> =
+            (1..world).map(|r| Agreement::new(snap(r, world, 2), world, None, false, t0)).collect();
+        let mut counters: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut deciders: Vec<Vec<Rank>> = Vec::new();
+        let mut now = t0;
+        for round in 0..=SUCCESSIONS {
+            // Each follower's wait passes at the same moment, then each
+            // claims (in rank order, as the store would serialize them).
+            now += FOLLOW;
+            let mut decided = Vec::new();
+            for a in followers.iter_mut().filter(|a| !a.deciding()) {
+                assert!(matches!(a.next(now), Action::AwaitVerdict { .. }), "rank {} waits", a.me);
+                a.no_verdict(now);
+                if let Action::ClaimSuccession { round: r } = a.next(now) {
+                    assert_eq!(r, round);
+                    let c = counters.entry(r).or_default();
+                    *c += 1;
+                    a.claimed(*c, now);
+                }
+                if a.deciding() {
+                    decided.push(a.me);
+                }
+            }
+            deciders.push(decided);
+            if verdict_after_round == Some(round) {
+                break;
+            }
+        }
+        deciders
+    }
+
+    #[test]
+    fn a_dead_decider_is_succeeded_by_one_rank_per_round_then_by_all() {
+        // The successor of round 0 publishes: one extra gather in the job.
+        let d = successions(1000, Some(0));
+        assert_eq!(d, vec![vec![1]]);
+        // Successors that die too: one new decider per round, then every
+        // rank still waiting decides itself.
+        let d = successions(8, None);
+        assert_eq!(d.len() as u32, SUCCESSIONS + 1);
+        for (round, ranks) in d.iter().take(SUCCESSIONS as usize).enumerate() {
+            assert_eq!(ranks.len(), 1, "round {round}: {ranks:?}");
+        }
+        assert_eq!(d.last().unwrap().len(), 7 - SUCCESSIONS as usize);
     }
 
     #[test]

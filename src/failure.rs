@@ -137,6 +137,13 @@ impl Shared {
                     let found = read_snapshots(&mut store, &ranks, wait)?;
                     a.snapshots(found, Instant::now());
                 }
+                Action::ClaimSuccession { round } => {
+                    let value = store.add(&keys::succession(round), 1)?;
+                    a.claimed(value, Instant::now());
+                    if a.deciding() {
+                        tracing::info!(round, "no verdict came in time: this rank decides in the decider's place");
+                    }
+                }
                 Action::Pause { until } => pause_until(until),
                 Action::AwaitVerdict { until } => {
                     match store.get(keys::VERDICT, until.saturating_duration_since(Instant::now())) {
@@ -151,6 +158,7 @@ impl Shared {
                     }
                 }
                 Action::Decide(ev) => {
+                    ringleader_core::fault::check(ringleader_core::fault::Point::Decide, observation.seq.unwrap_or(0));
                     let d = verdict(&ev);
                     let stored = store.compare_set(keys::VERDICT, None, &serde_json::to_vec(&d).unwrap_or_default())?;
                     return Ok((serde_json::from_slice(&stored).unwrap_or(d), Some(ev.peers)));

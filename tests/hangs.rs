@@ -230,6 +230,28 @@ fn paced(c: &Communicator) -> ringleader::Result<()> {
     Ok(())
 }
 
+/// Rank 3 skips all_reduce #2 (alive, asleep); rank 0, whose timeout is
+/// the shortest, fails first and so decides the verdict, but dies (SIGKILL
+/// from its own panic hook) at the moment it would offer it.
+fn decider_dies(c: &Communicator) -> ringleader::Result<()> {
+    if c.rank() == 0 {
+        ringleader_core::fault::arm(ringleader_core::fault::Point::Decide, 2);
+        std::panic::set_hook(Box::new(|info| {
+            if info.to_string().contains("injected fault") {
+                // SAFETY: kill(2) of this very process.
+                unsafe { libc::kill(std::process::id() as i32, libc::SIGKILL) };
+            }
+        }));
+    }
+    let mut t = [1.0f32];
+    c.all_reduce(&mut t, ReduceOp::Sum)?;
+    if c.rank() == 3 {
+        std::thread::sleep(Duration::from_secs(16));
+        return c.barrier();
+    }
+    c.all_reduce(&mut t, ReduceOp::Sum)
+}
+
 #[test]
 fn worker() {
     let Some(s) = scenario() else { return };
@@ -247,6 +269,7 @@ fn worker() {
         "recv_first" => guarded(recv_first),
         "paced" => guarded(paced),
         "recv_chain" => guarded(recv_chain),
+        "decider_dies" => guarded(decider_dies),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -628,5 +651,36 @@ fn a_stopped_rank_is_named_as_silent_long_before_the_timeout() {
     eprintln!("{}", warned[0]);
     for o in outs.iter().filter(|o| o.rank != 1) {
         assert_eq!(err_of(o).kind, "peer-died", "{}", o.stderr);
+    }
+}
+
+#[test]
+fn a_decider_that_dies_is_succeeded_by_one_rank() {
+    let spec = JobSpec::new(4, "decider_dies")
+        .per_rank(|r| {
+            let timeout = if r == 0 { "2" } else { "4" };
+            vec![("RINGLEADER_TIMEOUT".into(), timeout.into()), ("RINGLEADER_LOG".into(), "ringleader=info".into())]
+        })
+        .limit(45);
+    let outs = run(spec);
+    assert_eq!(outs[0].code, None, "rank 0 died at its decision: {}", outs[0].stderr);
+    // The followers waited for the dead decider's verdict, then one of
+    // them decided in its place: the succession's one gather, not one per
+    // rank.
+    let successors: Vec<usize> =
+        (1..4).filter(|&r| outs[r].stderr.contains("decides in the decider's place")).collect();
+    assert_eq!(successors.len(), 1, "one successor, not {successors:?}");
+    let verdicts: Vec<ErrLine> = (1..4).map(|r| err_of(&outs[r])).collect();
+    for (r, e) in (1..4).zip(&verdicts) {
+        assert_eq!(e.message, verdicts[0].message, "rank {r}: the same verdict everywhere");
+        assert!(e.ranks.contains(&3) || e.ranks.contains(&0), "rank {r}: {}", e.message);
+    }
+    for r in [1, 2] {
+        let e = &verdicts[r - 1];
+        // The timeout, the follower's wait for the dead decider's verdict
+        // (7 s, src/agreement.rs FOLLOW), the successor's gather (at most
+        // 2 s), and slack.
+        let bound = 4_000 + 7_000 + 2_000 + 4_000;
+        assert!(e.elapsed_ms < bound, "rank {r} took {} ms (bound {bound})", e.elapsed_ms);
     }
 }

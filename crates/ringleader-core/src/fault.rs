@@ -21,15 +21,20 @@ pub enum Point {
     Driver = 2,
     /// In the send/recv lane thread, as it moves a send or receive.
     P2p = 3,
+    /// In the rank deciding a failure's verdict, as it is about to offer
+    /// it (`seq`: the failing collective's), so that a test can end the
+    /// decider there, as if it died mid-gather.
+    Decide = 4,
 }
 
 impl Point {
-    /// Parses `engine`, `driver` or `p2p`.
+    /// Parses `engine`, `driver`, `p2p` or `decide`.
     pub fn parse(s: &str) -> Option<Point> {
         match s {
             "engine" => Some(Point::Engine),
             "driver" => Some(Point::Driver),
             "p2p" => Some(Point::P2p),
+            "decide" => Some(Point::Decide),
             _ => None,
         }
     }

@@ -67,6 +67,16 @@ pub const ARRIVALS_PREFIX: &str = "rl/arrivals/";
 /// The verdict every rank agrees on (JSON diagnosis; first writer wins).
 pub const VERDICT: &str = "rl/verdict";
 
+/// The counter of succession round `round`: when no verdict came in time
+/// (the rank deciding it died or stalled), each waiting rank adds 1, and
+/// the one that finds it at 1 decides in its place; the others wait again.
+pub fn succession(round: u32) -> String {
+    format!("{SUCCESSION_PREFIX}{round}")
+}
+
+/// Prefix of every succession counter.
+pub const SUCCESSION_PREFIX: &str = "rl/succession/";
+
 /// How a rank's process ended, written by its launcher (`exited with code 3`,
 /// `killed by signal 9 (SIGKILL, OOM killer)`).
 pub fn exit(r: Rank) -> String {
