@@ -1,11 +1,12 @@
 //! The communicator: the public face of a rank in a job.
 
 use crate::algo::Coll;
-use crate::engine::{EngineParts, Enqueued, RawBuf, Shared, Submission, Task};
+use crate::engine::{EngineParts, Enqueued, Shared, Submission, Task};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
 use crate::pidwatch::PidWatch;
+use crate::rawbuf::RawBuf;
 use crate::rendezvous::{self, hostname};
 use crate::work::Completion;
 use crate::work::Work;
@@ -13,10 +14,8 @@ use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::{CallSite, Entry};
 use ringleader_store::{Liveness, StoreServer};
-use ringleader_transport::frame::FrameHeader;
+use ringleader_transport::driver::{self, Driver};
 use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
-use ringleader_transport::Driver;
-use std::io::IoSlice;
 use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -644,15 +643,12 @@ impl Communicator {
         }
     }
 
-    /// Tells every peer, on every link, that no more frames will come.
+    /// Tells every peer, on every collective link, that no more frames will
+    /// come (the driver writes the goodbye frames).
     fn say_goodbye(&self) {
         let sh = &self.shared;
         let last = sh.fr.progress().last_started.load(Ordering::Relaxed);
-        let hdr = FrameHeader::goodbye(last, fp(OpKind::Barrier, DType::U8, 0)).encode();
-        let mut x = sh.exec.lock();
-        for link in x.links.iter_mut().flatten() {
-            let _ = link.try_write(&[IoSlice::new(&hdr)]);
-        }
+        driver::say_goodbye(&mut sh.exec.lock().links, last);
     }
 
     /// Keeps the store this rank hosts open until the others left.

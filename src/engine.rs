@@ -15,6 +15,7 @@
 //! waiter is completed; nothing waits on a thread that died.
 
 use crate::algo::{self, Coll, Shape};
+use crate::rawbuf::RawBuf;
 use crate::rendezvous::PeerInfo;
 use crate::watchdog;
 use crate::work::Completion;
@@ -32,51 +33,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A caller's buffer, as a raw range, so the engine thread can use it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a RawBuf is only turned back into a slice while the operation it
-// belongs to runs, and its submitter keeps the memory alive and unaliased
-// until the operation completes (sync calls block; async calls own the
-// buffer in their Work, or the C caller promises it).
-#[allow(unsafe_code)]
-unsafe impl Send for RawBuf {}
-
-impl RawBuf {
-    pub(crate) const EMPTY: RawBuf = RawBuf { ptr: std::ptr::null_mut(), len: 0 };
-
-    pub(crate) fn new(ptr: *mut u8, len: usize) -> RawBuf {
-        RawBuf { ptr, len }
-    }
-
-    /// Its length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The memory as a driver buffer.
-    ///
-    /// # Safety
-    /// The range must be valid for `'a`, and not aliased unless `ro`.
-    #[allow(unsafe_code)]
-    pub(crate) unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
-        if self.len == 0 || self.ptr.is_null() {
-            return Buf::Rw(&mut []);
-        }
-        if ro {
-            // SAFETY: per the function contract.
-            Buf::Ro(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
-        } else {
-            // SAFETY: per the function contract.
-            Buf::Rw(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
-        }
-    }
-}
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy)]
@@ -628,6 +584,38 @@ impl Shared {
         s.destroyed = self.destroyed.load(Ordering::Relaxed);
         s.library_version = self.cfg.advertised_version.clone();
         s
+    }
+}
+
+/// The send/recv lane serves this communicator through this (the lane
+/// does not depend on the engine).
+impl crate::p2p::Host for Shared {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn lane(&self) -> &crate::p2p::P2p {
+        &self.p2p
+    }
+
+    fn recorder(&self) -> &FlightRecorder {
+        &self.fr
+    }
+
+    fn abort_signal(&self) -> &AbortSignal {
+        &self.abort
+    }
+
+    fn verdict(&self, record: u64, e: Error) -> Error {
+        self.resolve(record, e)
+    }
+
+    fn internal_verdict(&self, record: u64, e: Error) -> Error {
+        self.fail_internal(record, e)
     }
 }
 
