@@ -88,6 +88,22 @@ pub enum RawOp {
     MonitoredBarrier { timeout: Duration, wait_all: bool },
 }
 
+/// A validated call: an operation for the engine (a collective, a
+/// monitored barrier), or a send or receive for the lane.
+enum Request {
+    Engine(Submission),
+    P2p(P2pRequest),
+}
+
+/// A send or receive, before the lane numbers it.
+struct P2pRequest {
+    peer: Rank,
+    fp: Fingerprint,
+    /// What a send reads, or a receive writes.
+    buf: RawBuf,
+    site: Option<CallSite>,
+}
+
 /// A collective on raw buffers, for language bindings.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
@@ -255,23 +271,27 @@ impl Communicator {
 
     fn sync(&self, call: Call) -> Result<()> {
         let _call = self.shared.enter()?;
-        let req = self.request(call)?;
-        if req.fp.op.is_p2p() {
-            let (done, _) = self.submit_p2p(req)?;
-            return self.shared.wait_bounded(&done);
+        match self.request(call)? {
+            Request::P2p(req) => {
+                let (done, _) = self.submit_p2p(req)?;
+                self.shared.wait_bounded(&done)
+            }
+            Request::Engine(req) => self.shared.run_sync(req),
         }
-        self.shared.run_sync(req)
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
         let _call = self.shared.enter()?;
-        let req = self.request(call)?;
-        let op = req.fp.op;
         let limit = self.shared.wait_limit();
-        if op.is_p2p() {
-            let (done, seq) = self.submit_p2p(req)?;
-            return Ok(Work { done, buf: Some(buf), op, seq, limit });
-        }
+        let req = match self.request(call)? {
+            Request::P2p(req) => {
+                let op = req.fp.op;
+                let (done, seq) = self.submit_p2p(req)?;
+                return Ok(Work { done, buf: Some(buf), op, seq, limit });
+            }
+            Request::Engine(req) => req,
+        };
+        let op = req.fp.op;
         match self.shared.enqueue(req, false)? {
             Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq, limit }),
             Enqueued::Inline(_) => Err(Error::Internal {
@@ -283,7 +303,7 @@ impl Communicator {
     }
 
     /// Queues a send or receive on the point-to-point lane.
-    fn submit_p2p(&self, req: Submission) -> Result<(Arc<Completion>, u64)> {
+    fn submit_p2p(&self, req: P2pRequest) -> Result<(Arc<Completion>, u64)> {
         let sh = &self.shared;
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -292,17 +312,18 @@ impl Communicator {
             return Err(f);
         }
         let send = req.fp.op == OpKind::Send;
-        let peer = req.fp.root.unwrap_or(0) as Rank;
+        let peer = req.peer;
         let seq = sh.p2p.next_seq(send, peer);
         let record = sh.fr.record_at(req.fp, 0, seq, req.site);
         let done = Completion::new();
-        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.io, done: done.clone() };
+        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.buf, done: done.clone() };
         p2p::submit(sh, job)?;
         Ok((done, seq))
     }
 
-    /// Validates a call and turns it into an engine request.
-    fn request(&self, c: Call) -> Result<Submission> {
+    /// Validates a call and turns it into a request for the engine or the
+    /// lane.
+    fn request(&self, c: Call) -> Result<Request> {
         let (n, rank) = (self.shared.world, self.shared.rank);
         let check_root = |what: &str, root: Rank| {
             if root >= n {
@@ -327,23 +348,28 @@ impl Communicator {
             Ok(())
         };
         let (ic, oc) = (c.input_count, c.output_count);
-        let (op, task) = match c.op {
-            RawOp::AllReduce { op } => (OpKind::AllReduce, Coll::AllReduce { count: oc, op }),
+        // What runs it: a collective's schedule, or the lane to one peer.
+        enum Target {
+            Coll(Coll),
+            Peer(Rank),
+        }
+        let (op, target) = match c.op {
+            RawOp::AllReduce { op } => (OpKind::AllReduce, Target::Coll(Coll::AllReduce { count: oc, op })),
             RawOp::AllGather => {
                 times_n("all_gather", ic, oc, "input", "output")?;
-                (OpKind::AllGather, Coll::AllGather { per_rank: ic })
+                (OpKind::AllGather, Target::Coll(Coll::AllGather { per_rank: ic }))
             }
             RawOp::ReduceScatter { op } => {
                 times_n("reduce_scatter", oc, ic, "output", "input")?;
-                (OpKind::ReduceScatter, Coll::ReduceScatter { per_rank: oc, op })
+                (OpKind::ReduceScatter, Target::Coll(Coll::ReduceScatter { per_rank: oc, op }))
             }
             RawOp::Broadcast { root } => {
                 check_root("broadcast root", root)?;
-                (OpKind::Broadcast, Coll::Broadcast { count: oc, root })
+                (OpKind::Broadcast, Target::Coll(Coll::Broadcast { count: oc, root }))
             }
             RawOp::Reduce { root, op } => {
                 check_root("reduce root", root)?;
-                (OpKind::Reduce, Coll::Reduce { count: oc, root, op })
+                (OpKind::Reduce, Target::Coll(Coll::Reduce { count: oc, root, op }))
             }
             RawOp::AllToAll => {
                 if ic != oc || ic % n != 0 {
@@ -352,22 +378,23 @@ impl Communicator {
                         format!("input ({ic}) and output ({oc}) must hold the same number of elements, a multiple of world_size ({n})"),
                     ));
                 }
-                (OpKind::AllToAll, Coll::AllToAll { per_rank: ic / n })
+                (OpKind::AllToAll, Target::Coll(Coll::AllToAll { per_rank: ic / n }))
             }
-            // Sends and receives run on their own lane; the task is unused.
+            // Sends and receives run on their own lane.
             RawOp::Send { peer } => {
                 check_peer("send destination", peer)?;
-                (OpKind::Send, Coll::Barrier)
+                (OpKind::Send, Target::Peer(peer))
             }
             RawOp::Recv { peer } => {
                 check_peer("recv source", peer)?;
-                (OpKind::Recv, Coll::Barrier)
+                (OpKind::Recv, Target::Peer(peer))
             }
-            RawOp::Barrier => (OpKind::Barrier, Coll::Barrier),
+            RawOp::Barrier => (OpKind::Barrier, Target::Coll(Coll::Barrier)),
             RawOp::MonitoredBarrier { timeout, wait_all } => {
                 let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
                 let task = Task::MonitoredBarrier { timeout, wait_all };
-                return Ok(Submission { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY, site: c.site });
+                let (io, out) = (RawBuf::EMPTY, RawBuf::EMPTY);
+                return Ok(Request::Engine(Submission { task, fp, io, io_ro: false, out, site: c.site }));
             }
         };
         let esz = c.dtype.size();
@@ -388,7 +415,13 @@ impl Communicator {
             RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
             _ => {}
         }
-        Ok(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
+        Ok(match target {
+            Target::Coll(task) => {
+                Request::Engine(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
+            }
+            // A send reads `io` (the input), a receive writes it (the output).
+            Target::Peer(peer) => Request::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
+        })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,

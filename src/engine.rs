@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What an operation does.
+/// What an engine operation does (sends and receives are the lane's:
+/// `p2p.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Task {
     Coll(Coll),
@@ -58,7 +59,8 @@ pub(crate) struct Submission {
 pub(crate) struct Job {
     pub task: Task,
     pub fp: Fingerprint,
-    /// Collective sequence number, or the per-peer number for send/recv.
+    /// Collective sequence number (sends and receives never reach the
+    /// engine: they are the lane's, numbered per peer).
     pub seq: u64,
     pub record: u64,
     io: RawBuf,
@@ -85,17 +87,6 @@ impl Drop for Job {
                 op: Some((self.fp.op, self.seq)),
                 what: "the operation was dropped before it completed".into(),
             });
-        }
-    }
-}
-
-impl Job {
-    /// The collective sequence number (0 for send/recv).
-    pub(crate) fn coll_seq(&self) -> u64 {
-        if self.fp.op.is_p2p() {
-            0
-        } else {
-            self.seq
         }
     }
 }
@@ -485,9 +476,9 @@ impl Shared {
             return Err(f);
         }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
-        *self.current.lock() = Some((job.coll_seq(), job.fp));
+        *self.current.lock() = Some((job.seq, job.fp));
         if !job.started {
-            self.fr.started_seq(job.record, job.coll_seq());
+            self.fr.started_seq(job.record, job.seq);
         }
         fault::check(Point::Engine, job.seq);
         // Started first, even when already aborted: this rank's snapshot
@@ -499,7 +490,7 @@ impl Shared {
         };
         let r = match r {
             Ok(()) => {
-                self.fr.completed_seq(job.record, job.coll_seq());
+                self.fr.completed_seq(job.record, job.seq);
                 Ok(())
             }
             // A monitored barrier reports late ranks; it leaves the
