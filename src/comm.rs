@@ -1,11 +1,12 @@
 //! The communicator: the public face of a rank in a job.
 
 use crate::algo::Coll;
-use crate::engine::{EngineParts, Enqueued, RawBuf, Shared, Submission, Task};
+use crate::engine::{EngineParts, Enqueued, Shared, Submission, Task};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
 use crate::pidwatch::PidWatch;
+use crate::rawbuf::RawBuf;
 use crate::rendezvous::{self, hostname};
 use crate::work::Completion;
 use crate::work::Work;
@@ -13,10 +14,8 @@ use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::{CallSite, Entry};
 use ringleader_store::{Liveness, StoreServer};
-use ringleader_transport::frame::FrameHeader;
+use ringleader_transport::driver::{self, Driver};
 use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
-use ringleader_transport::Driver;
-use std::io::IoSlice;
 use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -87,6 +86,22 @@ pub enum RawOp {
     Barrier,
     /// No buffers.
     MonitoredBarrier { timeout: Duration, wait_all: bool },
+}
+
+/// A validated call: an operation for the engine (a collective, a
+/// monitored barrier), or a send or receive for the lane.
+enum Request {
+    Engine(Submission),
+    P2p(P2pRequest),
+}
+
+/// A send or receive, before the lane numbers it.
+struct P2pRequest {
+    peer: Rank,
+    fp: Fingerprint,
+    /// What a send reads, or a receive writes.
+    buf: RawBuf,
+    site: Option<CallSite>,
 }
 
 /// A collective on raw buffers, for language bindings.
@@ -256,23 +271,27 @@ impl Communicator {
 
     fn sync(&self, call: Call) -> Result<()> {
         let _call = self.shared.enter()?;
-        let req = self.request(call)?;
-        if req.fp.op.is_p2p() {
-            let (done, _) = self.submit_p2p(req)?;
-            return self.shared.wait_bounded(&done);
+        match self.request(call)? {
+            Request::P2p(req) => {
+                let (done, _) = self.submit_p2p(req)?;
+                self.shared.wait_bounded(&done)
+            }
+            Request::Engine(req) => self.shared.run_sync(req),
         }
-        self.shared.run_sync(req)
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
         let _call = self.shared.enter()?;
-        let req = self.request(call)?;
-        let op = req.fp.op;
         let limit = self.shared.wait_limit();
-        if op.is_p2p() {
-            let (done, seq) = self.submit_p2p(req)?;
-            return Ok(Work { done, buf: Some(buf), op, seq, limit });
-        }
+        let req = match self.request(call)? {
+            Request::P2p(req) => {
+                let op = req.fp.op;
+                let (done, seq) = self.submit_p2p(req)?;
+                return Ok(Work { done, buf: Some(buf), op, seq, limit });
+            }
+            Request::Engine(req) => req,
+        };
+        let op = req.fp.op;
         match self.shared.enqueue(req, false)? {
             Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq, limit }),
             Enqueued::Inline(_) => Err(Error::Internal {
@@ -284,7 +303,7 @@ impl Communicator {
     }
 
     /// Queues a send or receive on the point-to-point lane.
-    fn submit_p2p(&self, req: Submission) -> Result<(Arc<Completion>, u64)> {
+    fn submit_p2p(&self, req: P2pRequest) -> Result<(Arc<Completion>, u64)> {
         let sh = &self.shared;
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -293,17 +312,18 @@ impl Communicator {
             return Err(f);
         }
         let send = req.fp.op == OpKind::Send;
-        let peer = req.fp.root.unwrap_or(0) as Rank;
+        let peer = req.peer;
         let seq = sh.p2p.next_seq(send, peer);
         let record = sh.fr.record_at(req.fp, 0, seq, req.site);
         let done = Completion::new();
-        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.io, done: done.clone() };
+        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.buf, done: done.clone() };
         p2p::submit(sh, job)?;
         Ok((done, seq))
     }
 
-    /// Validates a call and turns it into an engine request.
-    fn request(&self, c: Call) -> Result<Submission> {
+    /// Validates a call and turns it into a request for the engine or the
+    /// lane.
+    fn request(&self, c: Call) -> Result<Request> {
         let (n, rank) = (self.shared.world, self.shared.rank);
         let check_root = |what: &str, root: Rank| {
             if root >= n {
@@ -328,23 +348,28 @@ impl Communicator {
             Ok(())
         };
         let (ic, oc) = (c.input_count, c.output_count);
-        let (op, task) = match c.op {
-            RawOp::AllReduce { op } => (OpKind::AllReduce, Coll::AllReduce { count: oc, op }),
+        // What runs it: a collective's schedule, or the lane to one peer.
+        enum Target {
+            Coll(Coll),
+            Peer(Rank),
+        }
+        let (op, target) = match c.op {
+            RawOp::AllReduce { op } => (OpKind::AllReduce, Target::Coll(Coll::AllReduce { count: oc, op })),
             RawOp::AllGather => {
                 times_n("all_gather", ic, oc, "input", "output")?;
-                (OpKind::AllGather, Coll::AllGather { per_rank: ic })
+                (OpKind::AllGather, Target::Coll(Coll::AllGather { per_rank: ic }))
             }
             RawOp::ReduceScatter { op } => {
                 times_n("reduce_scatter", oc, ic, "output", "input")?;
-                (OpKind::ReduceScatter, Coll::ReduceScatter { per_rank: oc, op })
+                (OpKind::ReduceScatter, Target::Coll(Coll::ReduceScatter { per_rank: oc, op }))
             }
             RawOp::Broadcast { root } => {
                 check_root("broadcast root", root)?;
-                (OpKind::Broadcast, Coll::Broadcast { count: oc, root })
+                (OpKind::Broadcast, Target::Coll(Coll::Broadcast { count: oc, root }))
             }
             RawOp::Reduce { root, op } => {
                 check_root("reduce root", root)?;
-                (OpKind::Reduce, Coll::Reduce { count: oc, root, op })
+                (OpKind::Reduce, Target::Coll(Coll::Reduce { count: oc, root, op }))
             }
             RawOp::AllToAll => {
                 if ic != oc || ic % n != 0 {
@@ -353,22 +378,23 @@ impl Communicator {
                         format!("input ({ic}) and output ({oc}) must hold the same number of elements, a multiple of world_size ({n})"),
                     ));
                 }
-                (OpKind::AllToAll, Coll::AllToAll { per_rank: ic / n })
+                (OpKind::AllToAll, Target::Coll(Coll::AllToAll { per_rank: ic / n }))
             }
-            // Sends and receives run on their own lane; the task is unused.
+            // Sends and receives run on their own lane.
             RawOp::Send { peer } => {
                 check_peer("send destination", peer)?;
-                (OpKind::Send, Coll::Barrier)
+                (OpKind::Send, Target::Peer(peer))
             }
             RawOp::Recv { peer } => {
                 check_peer("recv source", peer)?;
-                (OpKind::Recv, Coll::Barrier)
+                (OpKind::Recv, Target::Peer(peer))
             }
-            RawOp::Barrier => (OpKind::Barrier, Coll::Barrier),
+            RawOp::Barrier => (OpKind::Barrier, Target::Coll(Coll::Barrier)),
             RawOp::MonitoredBarrier { timeout, wait_all } => {
                 let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
                 let task = Task::MonitoredBarrier { timeout, wait_all };
-                return Ok(Submission { task, fp, io: RawBuf::EMPTY, io_ro: false, out: RawBuf::EMPTY, site: c.site });
+                let (io, out) = (RawBuf::EMPTY, RawBuf::EMPTY);
+                return Ok(Request::Engine(Submission { task, fp, io, io_ro: false, out, site: c.site }));
             }
         };
         let esz = c.dtype.size();
@@ -389,7 +415,13 @@ impl Communicator {
             RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
             _ => {}
         }
-        Ok(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
+        Ok(match target {
+            Target::Coll(task) => {
+                Request::Engine(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
+            }
+            // A send reads `io` (the input), a receive writes it (the output).
+            Target::Peer(peer) => Request::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
+        })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,
@@ -644,15 +676,12 @@ impl Communicator {
         }
     }
 
-    /// Tells every peer, on every link, that no more frames will come.
+    /// Tells every peer, on every collective link, that no more frames will
+    /// come (the driver writes the goodbye frames).
     fn say_goodbye(&self) {
         let sh = &self.shared;
         let last = sh.fr.progress().last_started.load(Ordering::Relaxed);
-        let hdr = FrameHeader::goodbye(last, fp(OpKind::Barrier, DType::U8, 0)).encode();
-        let mut x = sh.exec.lock();
-        for link in x.links.iter_mut().flatten() {
-            let _ = link.try_write(&[IoSlice::new(&hdr)]);
-        }
+        driver::say_goodbye(&mut sh.exec.lock().links, last);
     }
 
     /// Keeps the store this rank hosts open until the others left.

@@ -15,6 +15,7 @@
 //! waiter is completed; nothing waits on a thread that died.
 
 use crate::algo::{self, Coll, Shape};
+use crate::rawbuf::RawBuf;
 use crate::rendezvous::PeerInfo;
 use crate::watchdog;
 use crate::work::Completion;
@@ -33,52 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A caller's buffer, as a raw range, so the engine thread can use it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a RawBuf is only turned back into a slice while the operation it
-// belongs to runs, and its submitter keeps the memory alive and unaliased
-// until the operation completes (sync calls block; async calls own the
-// buffer in their Work, or the C caller promises it).
-#[allow(unsafe_code)]
-unsafe impl Send for RawBuf {}
-
-impl RawBuf {
-    pub(crate) const EMPTY: RawBuf = RawBuf { ptr: std::ptr::null_mut(), len: 0 };
-
-    pub(crate) fn new(ptr: *mut u8, len: usize) -> RawBuf {
-        RawBuf { ptr, len }
-    }
-
-    /// Its length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The memory as a driver buffer.
-    ///
-    /// # Safety
-    /// The range must be valid for `'a`, and not aliased unless `ro`.
-    #[allow(unsafe_code)]
-    pub(crate) unsafe fn buf<'a>(self, ro: bool) -> Buf<'a> {
-        if self.len == 0 || self.ptr.is_null() {
-            return Buf::Rw(&mut []);
-        }
-        if ro {
-            // SAFETY: per the function contract.
-            Buf::Ro(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
-        } else {
-            // SAFETY: per the function contract.
-            Buf::Rw(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
-        }
-    }
-}
-
-/// What an operation does.
+/// What an engine operation does (sends and receives are the lane's:
+/// `p2p.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Task {
     Coll(Coll),
@@ -102,7 +59,8 @@ pub(crate) struct Submission {
 pub(crate) struct Job {
     pub task: Task,
     pub fp: Fingerprint,
-    /// Collective sequence number, or the per-peer number for send/recv.
+    /// Collective sequence number (sends and receives never reach the
+    /// engine: they are the lane's, numbered per peer).
     pub seq: u64,
     pub record: u64,
     io: RawBuf,
@@ -129,17 +87,6 @@ impl Drop for Job {
                 op: Some((self.fp.op, self.seq)),
                 what: "the operation was dropped before it completed".into(),
             });
-        }
-    }
-}
-
-impl Job {
-    /// The collective sequence number (0 for send/recv).
-    pub(crate) fn coll_seq(&self) -> u64 {
-        if self.fp.op.is_p2p() {
-            0
-        } else {
-            self.seq
         }
     }
 }
@@ -529,9 +476,9 @@ impl Shared {
             return Err(f);
         }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
-        *self.current.lock() = Some((job.coll_seq(), job.fp));
+        *self.current.lock() = Some((job.seq, job.fp));
         if !job.started {
-            self.fr.started_seq(job.record, job.coll_seq());
+            self.fr.started_seq(job.record, job.seq);
         }
         fault::check(Point::Engine, job.seq);
         // Started first, even when already aborted: this rank's snapshot
@@ -543,7 +490,7 @@ impl Shared {
         };
         let r = match r {
             Ok(()) => {
-                self.fr.completed_seq(job.record, job.coll_seq());
+                self.fr.completed_seq(job.record, job.seq);
                 Ok(())
             }
             // A monitored barrier reports late ranks; it leaves the
@@ -628,6 +575,38 @@ impl Shared {
         s.destroyed = self.destroyed.load(Ordering::Relaxed);
         s.library_version = self.cfg.advertised_version.clone();
         s
+    }
+}
+
+/// The send/recv lane serves this communicator through this (the lane
+/// does not depend on the engine).
+impl crate::p2p::Host for Shared {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn lane(&self) -> &crate::p2p::P2p {
+        &self.p2p
+    }
+
+    fn recorder(&self) -> &FlightRecorder {
+        &self.fr
+    }
+
+    fn abort_signal(&self) -> &AbortSignal {
+        &self.abort
+    }
+
+    fn verdict(&self, record: u64, e: Error) -> Error {
+        self.resolve(record, e)
+    }
+
+    fn internal_verdict(&self, record: u64, e: Error) -> Error {
+        self.fail_internal(record, e)
     }
 }
 

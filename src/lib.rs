@@ -33,11 +33,14 @@
 //! or a zero-copy protocol. Here, `comm.rs` joins a job (rendezvous, then
 //! the transport's set-up), `rdma.rs` wires RDMA in (its endpoints go
 //! through the store), and `p2p.rs` runs the send/recv lane on the link
-//! per pair that set-up keeps apart for it.
+//! per pair that set-up keeps apart for it: its queues and bookkeeping
+//! here, its frames and sleeps in the driver (`driver::lane`), which also
+//! writes the goodbye frames of a rank that leaves: only the driver
+//! touches the links.
 
 // Unsafe code is confined to the few places that turn a caller's raw
-// buffers into slices (engine's RawBuf and the send/recv lane that uses
-// it), the raw entry points the C ABI calls (comm, cuda) and the CUDA
+// buffers into slices (rawbuf.rs, and the engine and send/recv lane that
+// use it), the raw entry points the C ABI calls (comm, cuda) and the CUDA
 // device staging; each carries a scoped allow and a SAFETY argument.
 #![deny(unsafe_code)]
 
@@ -56,6 +59,7 @@ mod monitor;
 mod monitored;
 mod p2p;
 mod pidwatch;
+mod rawbuf;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;

@@ -12,32 +12,56 @@
 //!
 //! Frames are the collectives' frames (header, payload, padding); the
 //! sequence number is per pair and direction, and the fingerprint (dtype and
-//! count) is checked like any other.
+//! count) is checked like any other. The transport's driver moves them and
+//! puts the thread to sleep (`ringleader_transport::driver::lane`): this
+//! file keeps the queues, their order, the flight recorder's entries, what
+//! the monitor and heartbeat read (`pending`, `waits`), the timeouts and
+//! the failures, and never touches a link itself.
 //!
 //! A panic on the lane thread is caught: the operation it happened in fails
 //! with an `internal` error naming it, the communicator is aborted, and
 //! every other queued send and receive fails with the verdict.
 
-use crate::engine::{RawBuf, Shared};
+use crate::rawbuf::RawBuf;
 use crate::work::Completion;
 use parking_lot::Mutex;
 use ringleader_core::fault::{self, Point};
-use ringleader_core::{Error, Fingerprint, OpKind, Rank, RankSet, Result};
+use ringleader_core::{AbortSignal, Config, Error, Fingerprint, OpKind, Rank, RankSet, Result};
 use ringleader_diag::snapshot::P2pWait;
-use ringleader_transport::driver::{check_header, lost, read_some, write_frame};
-use ringleader_transport::frame::{pad, FrameHeader, FrameKind, HEADER_LEN};
+use ringleader_diag::FlightRecorder;
+use ringleader_transport::driver::lane::{LaneWait, Progress, Transfer};
 use ringleader_transport::shm::Waiter;
 use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-// The lane's sleeps: with every other wait constant, in the driver's
-// waiting policy.
-use ringleader_transport::driver::wait::{LANE_TICK as TICK, MIXED_POLL as MIXED_TICK};
+/// What the lane needs of the communicator it serves. The engine's shared
+/// state implements it: the engine holds the lane ([`P2p`]), and the lane
+/// reaches the communicator only through this, never through the engine.
+pub(crate) trait Host: Send + Sync {
+    /// This rank.
+    fn rank(&self) -> Rank;
+    /// The configuration in force (checks, timeout).
+    fn config(&self) -> &Config;
+    /// The lane's shared half: submissions, wake-ups, what it publishes.
+    fn lane(&self) -> &P2p;
+    /// Where every operation is recorded.
+    fn recorder(&self) -> &FlightRecorder;
+    /// The communicator's abort signal.
+    fn abort_signal(&self) -> &AbortSignal;
+    /// The verdict for `e`, the failure of the operation recorded as
+    /// `record` (which becomes the communicator's failure; see
+    /// `failure.rs`).
+    fn verdict(&self, record: u64, e: Error) -> Error;
+    /// [`Host::verdict`] for an internal error (a caught panic): should
+    /// forming the verdict panic too, `e` itself, with the communicator
+    /// aborted.
+    fn internal_verdict(&self, record: u64, e: Error) -> Error;
+}
 
 /// One queued send or receive.
 #[derive(Debug)]
@@ -136,10 +160,10 @@ impl P2p {
     }
 }
 
-/// Queues `job` on `shared`'s lane, starting the lane thread on first use.
-pub(crate) fn submit(shared: &Arc<Shared>, job: P2pJob) -> Result<()> {
+/// Queues `job` on `host`'s lane, starting the lane thread on first use.
+pub(crate) fn submit<H: Host + 'static>(host: &Arc<H>, job: P2pJob) -> Result<()> {
     crate::stacks::note_caller();
-    let p = &shared.p2p;
+    let p = host.lane();
     let mut q = p.queue.lock();
     if q.shutdown {
         return Err(Error::aborted("the communicator was destroyed"));
@@ -147,10 +171,10 @@ pub(crate) fn submit(shared: &Arc<Shared>, job: P2pJob) -> Result<()> {
     q.jobs.push(job);
     if !q.started {
         q.started = true;
-        let sh = shared.clone();
+        let h: Arc<dyn Host> = host.clone();
         let h = std::thread::Builder::new()
-            .name(format!("ringleader-p2p-{}", shared.rank))
-            .spawn(move || Lane::run(sh))
+            .name(format!("ringleader-p2p-{}", host.rank()))
+            .spawn(move || Lane::run(h))
             .map_err(|e| Error::invalid("send/recv", format!("cannot start the point-to-point thread: {e}")))?;
         *p.thread.lock() = Some(h);
     }
@@ -159,24 +183,17 @@ pub(crate) fn submit(shared: &Arc<Shared>, job: P2pJob) -> Result<()> {
     Ok(())
 }
 
-/// Progress of the operation at the head of one direction of one peer.
-#[derive(Debug)]
+/// One direction of one peer: its queued operations, oldest first, and how
+/// far the head one's frame has moved.
+#[derive(Debug, Default)]
 struct Flow {
     jobs: VecDeque<(P2pJob, Instant)>,
-    /// Bytes of the head frame moved, header and padding included.
-    off: usize,
-    hdr: [u8; HEADER_LEN],
-}
-
-impl Default for Flow {
-    fn default() -> Flow {
-        Flow { jobs: VecDeque::new(), off: 0, hdr: [0; HEADER_LEN] }
-    }
+    transfer: Transfer,
 }
 
 /// The lane thread's state.
 struct Lane {
-    shared: Arc<Shared>,
+    host: Arc<dyn Host>,
     links: Vec<Option<AnyLink>>,
     sends: Vec<Flow>,
     recvs: Vec<Flow>,
@@ -189,11 +206,11 @@ struct Lane {
 }
 
 impl Lane {
-    fn run(shared: Arc<Shared>) {
-        let links = shared.p2p.links.lock().take().unwrap_or_default();
+    fn run(host: Arc<dyn Host>) {
+        let links = host.lane().links.lock().take().unwrap_or_default();
         let n = links.len();
         let mut lane = Lane {
-            shared,
+            host,
             links,
             sends: (0..n).map(|_| Flow::default()).collect(),
             recvs: (0..n).map(|_| Flow::default()).collect(),
@@ -214,7 +231,7 @@ impl Lane {
                             None => (0, None),
                         };
                     let place = format!("thread '{}'", std::thread::current().name().unwrap_or("unnamed"));
-                    let e = Error::from_panic(payload.as_ref(), &place, lane.shared.rank, op);
+                    let e = Error::from_panic(payload.as_ref(), &place, lane.host.rank(), op);
                     lane.fail_all(record, e, true);
                 }
             }
@@ -223,9 +240,9 @@ impl Lane {
 
     /// Moves newly submitted jobs into the flows; false once shut down and idle.
     fn take_new(&mut self) -> bool {
-        let mut q = self.shared.p2p.queue.lock();
+        let mut q = self.host.lane().queue.lock();
         for j in q.jobs.drain(..) {
-            self.shared.fr.started_seq(j.record, 0);
+            self.host.recorder().started_seq(j.record, 0);
             let flows = if j.is_send() { &mut self.sends } else { &mut self.recvs };
             flows[j.peer].jobs.push_back((j, Instant::now()));
         }
@@ -234,7 +251,7 @@ impl Lane {
             .map(|(peer, _)| peer)
             .collect();
         if pending != self.published {
-            self.shared.p2p.pending.replace(&self.published, &pending);
+            self.host.lane().pending.replace(&self.published, &pending);
             self.published = pending;
         }
         let shutdown = q.shutdown;
@@ -253,7 +270,7 @@ impl Lane {
             return;
         }
         self.heads = heads.iter().map(|(j, _)| j.record).collect();
-        *self.shared.p2p.waits.lock() =
+        *self.host.lane().waits.lock() =
             heads.iter().map(|(j, _)| P2pWait { op: j.fp.op, peer: j.peer, seq: j.seq }).collect();
     }
 
@@ -263,8 +280,8 @@ impl Lane {
 
     /// Moves what can move, or waits; an error names the operation it broke.
     fn step(&mut self) -> std::result::Result<(), (u64, Error)> {
-        let sh = self.shared.clone();
-        if let Some(reason) = sh.abort.reason().filter(|_| !self.idle()) {
+        let host = self.host.clone();
+        if let Some(reason) = host.abort_signal().reason().filter(|_| !self.idle()) {
             let record = self.oldest().map_or(0, |(j, _)| j.record);
             return Err((record, reason));
         }
@@ -280,7 +297,7 @@ impl Lane {
             let waited = since.elapsed();
             // The lane is the watchdog of its own operations (the monitor
             // watches the collective engine).
-            if waited >= crate::watchdog::op_timeout(sh.cfg.timeout, None) {
+            if waited >= crate::watchdog::op_timeout(host.config().timeout, None) {
                 let e = Error::Timeout { op: j.fp.op, seq: j.seq, waited, awaited: vec![j.peer] };
                 return Err((j.record, e));
             }
@@ -294,74 +311,38 @@ impl Lane {
     }
 
     /// Moves the head send (or receive) of `peer`; completes it when done.
+    /// Returns whether any byte moved.
     fn pump(&mut self, peer: usize, send: bool) -> std::result::Result<bool, (u64, Error)> {
-        let checks = self.shared.cfg.checks;
-        let (flows, links) = if send { (&mut self.sends, &mut self.links) } else { (&mut self.recvs, &mut self.links) };
-        let flow = &mut flows[peer];
+        let checks = self.host.config().checks;
+        let flow = if send { &mut self.sends[peer] } else { &mut self.recvs[peer] };
         let Some((job, _)) = flow.jobs.front() else { return Ok(false) };
-        let Some(link) = links[peer].as_deref_mut() else { return Ok(false) };
+        let Some(link) = self.links[peer].as_deref_mut() else { return Ok(false) };
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks };
-        let len = job.buf.len();
-        let total = HEADER_LEN + len + pad(len);
-        let mut moved = false;
         let record = job.record;
         self.moving = Some((record, job.fp.op, job.seq));
         fault::check(Point::P2p, job.seq);
-        let r =
-            if send { pump_send(flow, link, &op, &mut moved) } else { pump_recv(flow, link, &op, peer, &mut moved) };
+        let r = move_head(flow, link, &op, send);
         self.moving = None;
-        r.map_err(|e| (record, e))?;
-        if flow.off == total {
+        let progress = r.map_err(|e| (record, e))?;
+        if progress == Progress::Done {
             let (job, _) = flow.jobs.pop_front().expect("head exists");
-            flow.off = 0;
-            self.shared.fr.completed_seq(job.record, 0);
+            self.host.recorder().completed_seq(job.record, 0);
             job.done.complete(Ok(()));
         }
-        Ok(moved)
+        Ok(progress != Progress::Blocked)
     }
 
-    /// Sleeps until a link, a submission or an abort may have something.
+    /// Sleeps until a link, a submission or an abort may have something
+    /// (the driver's sleep, over the links with an operation queued).
     fn wait(&self) {
-        let p = &self.shared.p2p;
-        let mut fds = vec![
-            PollFd::from_borrowed_fd(p.kick.as_fd(), PollFlags::IN),
-            PollFd::from_borrowed_fd(self.shared.abort.fd(), PollFlags::IN),
-        ];
-        let mut shm = false;
+        let p = self.host.lane();
+        let mut wait = LaneWait::new(&[p.kick.as_fd(), self.host.abort_signal().fd()]);
         for (peer, link) in self.links.iter().enumerate() {
-            let Some(link) = link else { continue };
-            let mut flags = PollFlags::empty();
-            if !self.sends[peer].jobs.is_empty() {
-                flags |= PollFlags::OUT;
-            }
-            if !self.recvs[peer].jobs.is_empty() {
-                flags |= PollFlags::IN;
-            }
-            if flags.is_empty() {
-                continue;
-            }
-            match link.wake().poll_fd(flags) {
-                Some(fd) => fds.push(fd),
-                None => shm = true,
+            if let Some(link) = link {
+                wait.link(link.as_ref(), !self.sends[peer].jobs.is_empty(), !self.recvs[peer].jobs.is_empty());
             }
         }
-        if shm && fds.len() == 2 {
-            if let Some(w) = &p.waiter {
-                let ready = || {
-                    self.links.iter().enumerate().any(|(peer, l)| {
-                        l.as_ref().is_some_and(|l| {
-                            (!self.sends[peer].jobs.is_empty() && l.ready(true))
-                                || (!self.recvs[peer].jobs.is_empty() && l.ready(false))
-                        })
-                    }) || !p.queue.lock().jobs.is_empty()
-                };
-                w.wait(TICK, ready);
-                return;
-            }
-        }
-        let t = if shm { MIXED_TICK } else { TICK };
-        let ts = Timespec { tv_sec: 0, tv_nsec: t.as_nanos() as i64 };
-        let _ = poll(&mut fds, Some(&ts));
+        wait.sleep(p.waiter.as_ref(), || !p.queue.lock().jobs.is_empty());
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&p.kick, &mut b);
     }
@@ -370,83 +351,49 @@ impl Lane {
     /// `e` is a caught panic).
     fn fail_all(&mut self, record: u64, e: Error, internal: bool) {
         self.moving = None;
-        let sh = &self.shared;
+        let host = &self.host;
         let verdict = match internal {
-            true => sh.fail_internal(record, e),
-            false => match catch_unwind(AssertUnwindSafe(|| sh.resolve(record, e.clone()))) {
+            true => host.internal_verdict(record, e),
+            false => match catch_unwind(AssertUnwindSafe(|| host.verdict(record, e.clone()))) {
                 Ok(v) => v,
-                Err(p) => sh.fail_internal(
+                Err(p) => host.internal_verdict(
                     record,
-                    Error::from_panic(p.as_ref(), "forming a verdict", sh.rank, e.op().zip(e.seq())),
+                    Error::from_panic(p.as_ref(), "forming a verdict", host.rank(), e.op().zip(e.seq())),
                 ),
             },
         };
         for f in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
-            f.off = 0;
+            f.transfer.reset();
             for (j, _) in f.jobs.drain(..) {
-                self.shared.fr.failed(j.record, &verdict.to_string(), vec![j.peer]);
+                self.host.recorder().failed(j.record, &verdict.to_string(), vec![j.peer]);
                 j.done.complete(Err(verdict.clone()));
             }
         }
-        self.shared.p2p.pending.replace(&self.published, &[]);
+        self.host.lane().pending.replace(&self.published, &[]);
         self.published.clear();
         self.publish_waits();
     }
 }
 
+/// Moves the head operation of `flow` on `link` as far as it goes (the
+/// driver moves the bytes).
 #[allow(unsafe_code)] // the job's buffer, as the submitter lent it
-fn pump_send(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, moved: &mut bool) -> Result<()> {
-    let job = &flow.jobs.front().expect("head exists").0;
-    if flow.off == 0 {
-        flow.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, job.buf.len() as u64).encode();
-    }
-    // SAFETY: the submitter keeps the buffer alive and unchanged until the
-    // job completes (a sync send blocks; an async one owns it in its Work).
-    let data = match unsafe { job.buf.buf(true) } {
-        Buf::Ro(d) => d,
-        Buf::Rw(d) => &*d,
-    };
-    let total = HEADER_LEN + data.len() + pad(data.len());
-    while flow.off < total {
-        let n = write_frame(link, &flow.hdr, data, flow.off)
-            .map_err(|e| lost(link.peer(), op, &format!("sending failed: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        *moved = true;
-        flow.off += n;
-    }
-    Ok(())
-}
-
-#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
-fn pump_recv(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, peer: Rank, moved: &mut bool) -> Result<()> {
-    let job = &flow.jobs.front().expect("head exists").0;
-    let len = job.buf.len();
-    let total = HEADER_LEN + len + pad(len);
-    while flow.off < total {
-        let n = if flow.off < HEADER_LEN {
-            let n = read_some(link, &mut flow.hdr[flow.off..], op, flow.off)?;
-            // Point-to-point never sends single-copy descriptors.
-            if n > 0 && flow.off + n == HEADER_LEN && check_header(&flow.hdr, peer, 0, len, op)? != FrameKind::Data {
-                let detail = "a single-copy or spliced frame arrived for send/recv".to_string();
-                return Err(Error::PeerProtocol { peer, detail });
-            }
-            n
-        } else if flow.off < HEADER_LEN + len {
-            // SAFETY: the submitter keeps the buffer alive and unaliased
-            // until the job completes.
-            let Buf::Rw(dst) = (unsafe { job.buf.buf(false) }) else { unreachable!("receive buffers are writable") };
-            read_some(link, &mut dst[flow.off - HEADER_LEN..], op, flow.off)?
-        } else {
-            let mut skip = [0u8; 8];
-            read_some(link, &mut skip[..total - flow.off], op, flow.off)?
+fn move_head(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, send: bool) -> Result<Progress> {
+    let Flow { jobs, transfer } = flow;
+    let job = &jobs.front().expect("head exists").0;
+    if send {
+        // SAFETY: the submitter keeps the buffer alive and unchanged until
+        // the job completes (a sync send blocks; an async one owns it in
+        // its Work).
+        let data = match unsafe { job.buf.buf(true) } {
+            Buf::Ro(d) => d,
+            Buf::Rw(d) => &*d,
         };
-        if n == 0 {
-            break;
-        }
-        *moved = true;
-        flow.off += n;
+        transfer.send(link, data, op)
+    } else {
+        // SAFETY: the submitter keeps the buffer alive and unaliased until
+        // the job completes.
+        let Buf::Rw(dst) = (unsafe { job.buf.buf(false) }) else { unreachable!("receive buffers are writable") };
+        transfer.recv(link, dst, op)
     }
-    Ok(())
 }

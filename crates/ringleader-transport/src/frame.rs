@@ -46,14 +46,10 @@ const MAGIC: u16 = 0x4c52;
 /// starts 8-byte aligned in a stream and ring slices can be reduced in place.
 pub const ALIGN: usize = 8;
 
-/// Bytes of padding after a payload of `len` bytes.
-///
-/// ```
-/// use ringleader_transport::frame::pad;
-/// assert_eq!((pad(0), pad(1), pad(8), pad(13)), (0, 7, 0, 3));
-/// ```
+/// Bytes of padding after a payload of `len` bytes (to the next multiple
+/// of [`ALIGN`]).
 #[inline]
-pub fn pad(len: usize) -> usize {
+pub(crate) fn pad(len: usize) -> usize {
     (ALIGN - len % ALIGN) % ALIGN
 }
 
@@ -263,6 +259,11 @@ mod tests {
 
     fn fp(n: u64) -> Fingerprint {
         Fingerprint::new(OpKind::AllReduce, DType::F32, n).with_reduce_op(ReduceOp::Sum)
+    }
+
+    #[test]
+    fn payloads_are_padded_to_the_alignment() {
+        assert_eq!((pad(0), pad(1), pad(8), pad(13)), (0, 7, 0, 3));
     }
 
     #[test]

@@ -15,7 +15,11 @@
 //!   collectives' streams and the send/recv lane;
 //! - [`driver`]: runs a collective's [`plan::Plan`] (sends, receives,
 //!   reductions and their dependencies) over the links, full duplex, on one
-//!   thread, waking on abort.
+//!   thread, waking on abort; moves the send/recv lane's frames and puts
+//!   its thread to sleep ([`driver::lane`]: the runtime's `p2p.rs` keeps
+//!   only the queues and their bookkeeping); and writes the goodbye frames
+//!   of a rank that leaves ([`driver::say_goodbye`]). It is the only code
+//!   that moves frames on a link.
 //!
 //! Algorithms live in the `ringleader` crate and only build plans: they never
 //! see a socket (the seam gloo draws between algorithms and transports).
@@ -45,6 +49,9 @@
 //!   `src/hello.rs` (connection set-up); both are sans-IO with fuzz targets.
 //! - **Change how a received payload lands** (copied, streamed, reduced):
 //!   `src/driver/strategy.rs`.
+//! - **Change how sends and receives move** (point-to-point framing, its
+//!   header check, the lane's sleep): `src/driver/lane.rs`; the lane's
+//!   queues, ordering and timeouts are the `ringleader` crate's `src/p2p.rs`.
 //!
 //! The largest file of the crate stays under 600 lines: a file that grows
 //! past that holds two concepts.

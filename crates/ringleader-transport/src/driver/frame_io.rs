@@ -1,14 +1,16 @@
 //! Frames on a link: writing a frame a piece at a time, reading, checking a
 //! received header against what the plan expects, and turning what went
-//! wrong into the error that names the peer and the operation.
+//! wrong into the error that names the peer and the operation; and the
+//! goodbye a rank that leaves writes on every link ([`say_goodbye`]).
 //!
 //! The wire format itself is [`crate::frame`] (sans-IO); this is where it
 //! meets a link.
 
+use super::Links;
 use crate::frame::{check, pad, Expect, FrameHeader, FrameKind, HeaderCheck, ALIGN, HEADER_LEN};
 use crate::link::{Link, ReadOutcome};
 use crate::plan::OpInfo;
-use ringleader_core::{Error, Rank, Result};
+use ringleader_core::{DType, Error, Fingerprint, OpKind, Rank, Result};
 use std::io::IoSlice;
 
 /// How a copied payload's bytes reach its region.
@@ -26,7 +28,12 @@ pub(super) static PAD: [u8; ALIGN] = [0; ALIGN];
 
 /// Writes what the link takes of a frame (header, payload, padding) from
 /// byte `off` of the frame on; 0 when the link is full.
-pub fn write_frame(link: &mut dyn Link, hdr: &[u8; HEADER_LEN], data: &[u8], off: usize) -> std::io::Result<usize> {
+pub(super) fn write_frame(
+    link: &mut dyn Link,
+    hdr: &[u8; HEADER_LEN],
+    data: &[u8],
+    off: usize,
+) -> std::io::Result<usize> {
     let tail = &PAD[..pad(data.len())];
     if off < HEADER_LEN {
         link.try_write(&[IoSlice::new(&hdr[off..]), IoSlice::new(data), IoSlice::new(tail)])
@@ -38,13 +45,13 @@ pub fn write_frame(link: &mut dyn Link, hdr: &[u8; HEADER_LEN], data: &[u8], off
 }
 
 /// The error for a link to `peer` that broke during `op`.
-pub fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
+pub(super) fn lost(peer: Rank, op: &OpInfo, detail: &str) -> Error {
     Error::PeerLost { peer, op: op.fingerprint.op, seq: op.seq, detail: detail.to_string() }
 }
 
 /// Reads into `buf`; `0` when nothing is there. `at` (bytes of this frame
 /// already read) only words the error when the peer hangs up.
-pub fn read_some(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
+pub(super) fn read_some(link: &mut dyn Link, buf: &mut [u8], op: &OpInfo, at: usize) -> Result<usize> {
     read_into(link, buf, op, at, Landing::Cached)
 }
 
@@ -81,7 +88,7 @@ pub(super) fn read_into(
 /// Checks a received header against what `op` expects as frame `tag` of
 /// `len` bytes: a different call is a mismatch naming both fingerprints.
 /// Returns the frame's kind (data, spliced data or a single-copy descriptor).
-pub fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<FrameKind> {
+pub(super) fn check_header(raw: &[u8; HEADER_LEN], peer: Rank, tag: u32, len: usize, op: &OpInfo) -> Result<FrameKind> {
     check_decoded(&decode_header(raw, peer)?, peer, tag, len, op)
 }
 
@@ -111,5 +118,19 @@ pub(super) fn check_decoded(h: &FrameHeader, peer: Rank, tag: u32, len: usize, o
             seq: op.seq,
             detail: format!("it sent frame {t} of {l} bytes where frame {tag} of {len} bytes was expected"),
         }),
+    }
+}
+
+/// Tells the peer at the end of every link in `links` that no more frames
+/// will come: a goodbye frame, whose reader fails its operation with "left"
+/// (naming `last_seq`, the last collective this rank started) instead of
+/// "lost". Written only where the link takes it at once, without waiting:
+/// a rank that leaves does not wait for its peers.
+pub fn say_goodbye(links: &mut Links, last_seq: u64) {
+    // The fingerprint is filler (a zero-byte barrier's): a goodbye is read
+    // for its kind and sequence number only.
+    let hdr = FrameHeader::goodbye(last_seq, Fingerprint::new(OpKind::Barrier, DType::U8, 0)).encode();
+    for link in links.iter_mut().flatten() {
+        let _ = link.try_write(&[IoSlice::new(&hdr)]);
     }
 }

@@ -22,12 +22,24 @@
 //! - `strategy.rs`: where a received payload lands (copied, streamed,
 //!   reduced);
 //! - `frame_io.rs`: frames on a link, header checks, and the errors they
-//!   turn into;
+//!   turn into; the goodbye frames a rank that leaves writes
+//!   ([`say_goodbye`]);
 //! - `single_copy.rs` and `splice.rs`: the two zero-copy protocols;
-//! - `wait.rs` ([`wait`]): how a rank waits when nothing can move.
+//! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
+//! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
+//!   thread: one point-to-point frame moved a piece at a time
+//!   ([`lane::Transfer`]) and the lane's sleep ([`lane::LaneWait`]). The
+//!   lane's sends and receives arrive one by one and move independently,
+//!   so they are not a plan; they use the same framing, header checks,
+//!   errors and waiting policy.
+//!
+//! Nothing outside the driver writes to or reads from a link once the data
+//! plane is set up: collectives, sends and receives, and goodbyes all go
+//! through here.
 
 mod chan;
 mod frame_io;
+pub mod lane;
 mod recv;
 mod send;
 mod single_copy;
@@ -38,7 +50,7 @@ pub mod wait;
 #[cfg(test)]
 mod tests;
 
-pub use frame_io::{check_header, lost, read_some, write_frame};
+pub use frame_io::say_goodbye;
 pub use wait::Idle;
 
 use crate::link::{AnyLink, Wake};

@@ -12,7 +12,8 @@
 //! ends any wait at once.
 //!
 //! Everything about waiting is in this file: the policy ([`Idle`]), its
-//! constants, which links a blocked plan waits for, and the sleep itself.
+//! constants, which links a blocked plan waits for, and the sleep itself
+//! (which the send/recv lane's [`super::lane::LaneWait`] sleeps too).
 
 use super::{Driver, Links, Watch};
 use crate::link::Link;
@@ -42,10 +43,11 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 /// Longest sleep while shared-memory and descriptor links are both
 /// pending: the poll on descriptors must not hide a ring that filled
 /// meanwhile (the send/recv lane's waits too).
-pub const MIXED_POLL: Duration = Duration::from_millis(1);
-/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`),
-/// which also checks its operations' timeouts this often.
-pub const LANE_TICK: Duration = Duration::from_millis(200);
+pub(crate) const MIXED_POLL: Duration = Duration::from_millis(1);
+/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`,
+/// through [`super::lane::LaneWait`]), which also checks its operations'
+/// timeouts this often.
+pub(crate) const LANE_TICK: Duration = Duration::from_millis(200);
 
 /// How a rank that waits for its links passes the time before it sleeps on
 /// its doorbell or in `poll(2)` (a wake-up costs tens of microseconds, and
@@ -133,25 +135,34 @@ impl<'a> Sleeper<'a> {
         Sleeper { fds, base: always.len(), doorbell: false }
     }
 
-    /// Also wakes when `link` can move in the directions `want`.
-    pub(crate) fn link(&mut self, link: &'a dyn Link, want: PollFlags) {
+    /// Also wakes when `link` can move in the directions `want`; `true`
+    /// when the link rings the doorbell rather than a descriptor.
+    pub(crate) fn link(&mut self, link: &'a dyn Link, want: PollFlags) -> bool {
         match link.wake().poll_fd(want) {
-            Some(fd) => self.fds.push(fd),
-            None => self.doorbell = true,
+            Some(fd) => {
+                self.fds.push(fd);
+                false
+            }
+            None => {
+                self.doorbell = true;
+                true
+            }
         }
     }
 
-    /// Sleeps at most `left` (at most [`MIXED_POLL`] while descriptors and
-    /// doorbell links are both pending): on the doorbell when only doorbell
-    /// links are pending (`ready` is checked after registering as a
-    /// sleeper, so no ring is lost), else in `poll(2)`.
+    /// Sleeps at most `left`: on the doorbell when only doorbell links are
+    /// pending (`ready` is checked after registering as a sleeper, so no
+    /// ring is lost), else in `poll(2)`, at most [`MIXED_POLL`] while
+    /// doorbell links are pending too (or there is no doorbell to sleep
+    /// on): the poll cannot see them.
     pub(crate) fn sleep(mut self, mut left: Duration, waiter: Option<&Waiter>, ready: impl Fn() -> bool) -> Result<()> {
         if self.doorbell {
-            if self.fds.len() > self.base {
-                left = left.min(MIXED_POLL);
-            } else if let Some(w) = waiter {
-                w.wait(left, ready);
-                return Ok(());
+            match waiter {
+                Some(w) if self.fds.len() == self.base => {
+                    w.wait(left, ready);
+                    return Ok(());
+                }
+                _ => left = left.min(MIXED_POLL),
             }
         }
         let ts = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
