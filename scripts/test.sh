@@ -20,6 +20,9 @@ cargo fmt --all -- --check
 echo "== dependencies (each one used, one version of each direct one)"
 scripts/check_deps.py
 
+echo "== module imports (no two modules of a crate import each other)"
+scripts/check_cycles.py
+
 echo "== cargo clippy (default features, then cuda + rdma)"
 # (the C ABI builds with `cuda` by default; --exclude keeps the facade's plain build checked)
 cargo clippy --workspace --exclude ringleader-ffi --all-targets --release -q -- -D warnings
