@@ -176,10 +176,6 @@ impl Communicator {
         if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
             return Err(Error::invalid("rank", format!("rank {} of a world of {}", cfg.rank, cfg.world_size)));
         }
-        // A Config built in code has not been through the environment's checks.
-        if let Some(a) = &cfg.algo {
-            ringleader_core::config::parse_algo(a)?;
-        }
         ringleader_core::config::check_run_id("RINGLEADER_RUN_ID", &cfg.run_id)?;
         let abort = AbortSignal::new().map_err(|e| Error::invalid("init", format!("cannot create an eventfd: {e}")))?;
         // One more link per pair than the collectives use: the last is the

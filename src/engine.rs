@@ -243,7 +243,7 @@ impl Shared {
             ended: Mutex::new(Vec::new()),
             stacks: Mutex::new(None),
             awaited: RankSet::new(world),
-            algo: algo::Algo::forced(cfg.algo.as_deref()),
+            algo: algo::Algo::forced(cfg.algo),
             cfg,
         }
     }

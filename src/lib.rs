@@ -70,7 +70,7 @@ mod work;
 pub use comm::{Call, Communicator, RawOp};
 pub use half::{bf16, f16};
 pub use ringleader_core::{
-    Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,
+    AlgoChoice, Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,
 };
 pub use ringleader_diag::{callsite, CallSite, Entry, State};
 pub use work::Work;

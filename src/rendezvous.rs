@@ -18,7 +18,7 @@
 //! the error comes within the init timeout.
 
 use crate::log;
-use ringleader_core::config::{join_host_port, parse_algo};
+use ringleader_core::config::{join_host_port, AlgoChoice};
 use ringleader_core::error::{fmt_ranks, Unreachable};
 use ringleader_core::{Config, Error, ErrorKind, Member, Rank, Result};
 use ringleader_store::{keys, ClientOptions, ServerOptions, StoreClient, StoreServer};
@@ -208,8 +208,7 @@ fn register_and_connect(
         master_addr: cfg.master_addr.clone(),
         master_ips: resolve_ips(&cfg.master_addr),
         transport: cfg.transport.name().to_string(),
-        // Init has checked the name; `parse_algo` gives its canonical form.
-        algo: cfg.algo.as_deref().and_then(|a| parse_algo(a).ok().flatten()).unwrap_or("auto").into(),
+        algo: cfg.algo.map_or("auto", AlgoChoice::name).into(),
         streams: cfg.streams,
         pid_ns: pid_namespace(),
     };

@@ -206,13 +206,20 @@ fn different_algo_or_streams_fail_at_rendezvous_naming_the_ranks() {
 }
 
 #[test]
-fn an_unknown_algorithm_in_a_config_built_in_code_fails_at_init() {
-    // The environment's value is checked when read; one set in code, here.
-    let mut cfg = ringleader::Config::new(0, 1, "127.0.0.1", free_port());
-    cfg.algo = Some("rign".into());
-    let e = Communicator::init(cfg).unwrap_err();
+fn an_unknown_algorithm_name_is_an_error_naming_it() {
+    // A Config built in code holds a typed choice; a name (from the
+    // environment, a flag, a file) becomes one through parse_algo, which
+    // refuses a typo instead of meaning automatic.
+    let e = ringleader_core::config::parse_algo("rign").unwrap_err();
     assert_eq!(e.kind(), ringleader::ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains("RINGLEADER_ALGO") && e.to_string().contains("\"rign\""), "{e}");
+    let mut cfg = ringleader::Config::new(0, 1, "127.0.0.1", free_port());
+    cfg.algo = Some(ringleader::AlgoChoice::RecursiveDoubling);
+    let c = Communicator::init(cfg).unwrap();
+    let mut x = [1.0f32];
+    c.all_reduce(&mut x, ringleader::ReduceOp::Sum).unwrap();
+    assert_eq!(x, [1.0]);
+    c.destroy().unwrap();
 }
 
 fn ringleader_core_version() -> &'static str {

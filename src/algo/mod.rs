@@ -20,7 +20,7 @@ pub(crate) mod tree;
 #[cfg(test)]
 pub(crate) mod sim;
 
-use ringleader_core::config::parse_algo;
+use ringleader_core::config::AlgoChoice;
 use ringleader_core::{Rank, ReduceOp};
 use ringleader_transport::{Chan, Plan, Region};
 
@@ -51,15 +51,13 @@ pub(crate) enum Algo {
 }
 
 impl Algo {
-    /// The algorithm `forced` (a `RINGLEADER_ALGO` value, checked at init)
-    /// names; `None` for automatic. Parsed once, when the communicator
-    /// starts: the collectives take its result.
-    pub(crate) fn forced(forced: Option<&str>) -> Option<Algo> {
-        match parse_algo(forced?) {
-            Ok(Some("ring")) => Some(Algo::Large),
-            Ok(Some("rd")) => Some(Algo::Small),
-            _ => None,
-        }
+    /// The schedule a job's forced choice (`RINGLEADER_ALGO`) stands for;
+    /// `None` for automatic.
+    pub(crate) fn forced(forced: Option<AlgoChoice>) -> Option<Algo> {
+        forced.map(|a| match a {
+            AlgoChoice::Ring => Algo::Large,
+            AlgoChoice::RecursiveDoubling => Algo::Small,
+        })
     }
 
     /// The algorithm for a message of `bytes`, unless `forced` names one.

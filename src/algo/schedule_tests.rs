@@ -39,7 +39,7 @@ fn simulate(
     for r in 0..n {
         let sh = Shape { rank: r, n, streams, esz: 8 };
         let mut plan = Plan::default();
-        let prep = schedule(coll(r), sh, Algo::forced(forced), &mut plan, &mut Scratch::default());
+        let prep = schedule(coll(r), sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
         let mut bufs = vec![bytes(&input(r, io_len)), vec![0u8; out_len * 8], vec![0u8; prep.scratch_bytes]];
         if let Some((from, to)) = prep.copy {
             let src = bufs[from.buf as usize][from.off..from.off + from.len].to_vec();
@@ -200,20 +200,20 @@ fn algorithm_choice_follows_size_world_and_override() {
     assert_eq!(Algo::pick(SMALL_BYTES + 1, None), Algo::Large);
     // Two ranks broadcast in one frame up to 1 MiB; more ranks pipeline a chain.
     assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 2, None), Algo::Small);
-    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 2, Algo::forced(Some("auto"))), Algo::Small);
+    assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 2, forced_by_name(Some("auto"))), Algo::Small);
     assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES + 1, 2, None), Algo::Large);
     assert_eq!(Algo::pick_broadcast(PAIR_BROADCAST_BYTES, 3, None), Algo::Large);
     assert_eq!(Algo::pick_broadcast(SMALL_BYTES, 3, None), Algo::Small);
     // An explicit choice wins.
-    assert_eq!(Algo::pick_broadcast(1024, 2, Algo::forced(Some("ring"))), Algo::Large);
-    assert_eq!(Algo::pick_broadcast(64 << 20, 2, Algo::forced(Some("tree"))), Algo::Small);
+    assert_eq!(Algo::pick_broadcast(1024, 2, forced_by_name(Some("ring"))), Algo::Large);
+    assert_eq!(Algo::pick_broadcast(64 << 20, 2, forced_by_name(Some("tree"))), Algo::Small);
 }
 
 /// Sends rank 0 makes in an all-gather of `per` 8-byte elements per rank.
 fn all_gather_sends(n: usize, per: usize, forced: Option<&str>) -> usize {
     let sh = Shape { rank: 0, n, streams: 1, esz: 8 };
     let mut plan = Plan::default();
-    schedule(Coll::AllGather { per_rank: per }, sh, Algo::forced(forced), &mut plan, &mut Scratch::default());
+    schedule(Coll::AllGather { per_rank: per }, sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
     plan.sends.len()
 }
 
@@ -235,7 +235,7 @@ fn small_reduce_scatters_on_power_of_two_worlds_take_log2_n_rounds() {
         let sh = Shape { rank: n - 1, n, streams: 1, esz: 8 };
         let mut plan = Plan::default();
         let coll = Coll::ReduceScatter { per_rank: per, op: ReduceOp::Sum };
-        let prep = schedule(coll, sh, Algo::forced(forced), &mut plan, &mut Scratch::default());
+        let prep = schedule(coll, sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
         (plan.sends.len(), prep.scratch_bytes)
     };
     // 8 ranks: 3 recursive-halving rounds (scratch: half the input) instead of 7 ring hops.
@@ -243,4 +243,9 @@ fn small_reduce_scatters_on_power_of_two_worlds_take_log2_n_rounds() {
     assert_eq!(sends(2, 16, None), (1, 0));
     assert_eq!(sends(6, 16, None), (5, 2 * 16 * 8));
     assert_eq!(sends(8, 16, Some("ring")), (7, 2 * 16 * 8));
+}
+
+/// The schedule a `RINGLEADER_ALGO` value forces (`None`: automatic).
+fn forced_by_name(name: Option<&str>) -> Option<Algo> {
+    Algo::forced(name.and_then(|n| ringleader_core::config::parse_algo(n).expect("a known name")))
 }

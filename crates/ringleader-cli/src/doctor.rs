@@ -28,7 +28,7 @@ use crate::launch::{parse_secs, random_run_id, this_host, JobArgs};
 use clap::Args;
 use exchange::NodeReport;
 use report::{Check, Node, Report};
-use ringleader_core::config::{join_host_port, parse_algo, parse_port_range, parse_streams};
+use ringleader_core::config::{join_host_port, parse_algo, parse_port_range, parse_streams, AlgoChoice};
 use ringleader_core::{Error, ErrorKind, VERSION};
 use ringleader_store::{ClientOptions, StoreClient};
 use std::time::{Duration, Instant};
@@ -105,7 +105,12 @@ impl Settings {
             port_range: get("RINGLEADER_PORT_RANGE").map(|r| parse_port_range(&r)).transpose()?,
             token: get("RINGLEADER_TOKEN"),
             version: get("RINGLEADER_TEST_ADVERTISE_VERSION").unwrap_or_else(|| VERSION.to_string()),
-            algo: get("RINGLEADER_ALGO").map(|a| parse_algo(&a)).transpose()?.flatten().unwrap_or("auto").into(),
+            algo: get("RINGLEADER_ALGO")
+                .map(|a| parse_algo(&a))
+                .transpose()?
+                .flatten()
+                .map_or("auto", AlgoChoice::name)
+                .into(),
             streams: get("RINGLEADER_STREAMS").map(|v| parse_streams(&v)).transpose()?.unwrap_or(1),
         })
     }

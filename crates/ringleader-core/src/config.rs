@@ -131,8 +131,9 @@ pub struct Config {
     /// same number: rendezvous checks.
     pub streams: usize,
     /// Algorithm override (`RINGLEADER_ALGO`: `ring`, `rd` (recursive doubling), or unset for
-    /// automatic). Every rank of a job must use the same one: rendezvous checks.
-    pub algo: Option<String>,
+    /// automatic), parsed once, here. Every rank of a job must use the same one: rendezvous
+    /// checks.
+    pub algo: Option<AlgoChoice>,
     /// Shared-memory frames from this many bytes on are copied once, straight
     /// from the sender's memory, where the kernel allows it
     /// (`RINGLEADER_SHM_SINGLE_COPY`: a size such as `256K`, or `off`).
@@ -338,7 +339,7 @@ impl Config {
             self.streams = parse_streams(&s)?;
         }
         if let Some(a) = env.get("RINGLEADER_ALGO") {
-            self.algo = parse_algo(&a)?.map(String::from);
+            self.algo = parse_algo(&a)?;
         }
         for (name, slot) in
             [("RINGLEADER_SHM_SINGLE_COPY", &mut self.shm_single_copy), ("RINGLEADER_TCP_SPLICE", &mut self.tcp_splice)]
@@ -397,22 +398,42 @@ pub fn parse_streams(v: &str) -> Result<usize> {
     }
 }
 
-/// The algorithm a `RINGLEADER_ALGO` value forces, by its canonical name:
-/// `None` for automatic (`auto` or empty), `ring` for `ring` / `chain` /
-/// `large`, `rd` for `rd` / `tree` / `small`. Anything else is an error, so
-/// a typo fails instead of silently meaning automatic.
+/// An algorithm a job forces on its collectives instead of choosing one
+/// per message size (`RINGLEADER_ALGO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgoChoice {
+    /// The ring (bandwidth-bound messages).
+    Ring,
+    /// Recursive doubling (latency-bound messages).
+    RecursiveDoubling,
+}
+
+impl AlgoChoice {
+    /// Its canonical name (`ring`, `rd`), as ranks compare it at rendezvous.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgoChoice::Ring => "ring",
+            AlgoChoice::RecursiveDoubling => "rd",
+        }
+    }
+}
+
+/// The algorithm a `RINGLEADER_ALGO` value forces: `None` for automatic
+/// (`auto` or empty), [`AlgoChoice::Ring`] for `ring` / `chain` / `large`,
+/// [`AlgoChoice::RecursiveDoubling`] for `rd` / `tree` / `small`. Anything
+/// else is an error, so a typo fails instead of silently meaning automatic.
 ///
 /// ```
-/// use ringleader_core::config::parse_algo;
-/// assert_eq!(parse_algo("chain").unwrap(), Some("ring"));
+/// use ringleader_core::config::{parse_algo, AlgoChoice};
+/// assert_eq!(parse_algo("chain").unwrap(), Some(AlgoChoice::Ring));
 /// assert_eq!(parse_algo("auto").unwrap(), None);
 /// assert!(parse_algo("rign").is_err());
 /// ```
-pub fn parse_algo(v: &str) -> Result<Option<&'static str>> {
+pub fn parse_algo(v: &str) -> Result<Option<AlgoChoice>> {
     match v.trim() {
         "" | "auto" => Ok(None),
-        "ring" | "chain" | "large" => Ok(Some("ring")),
-        "rd" | "tree" | "small" => Ok(Some("rd")),
+        "ring" | "chain" | "large" => Ok(Some(AlgoChoice::Ring)),
+        "rd" | "tree" | "small" => Ok(Some(AlgoChoice::RecursiveDoubling)),
         _ => Err(Error::invalid("RINGLEADER_ALGO", format!("{v:?} is not one of auto, ring (or chain), rd (or tree)"))),
     }
 }
@@ -755,8 +776,8 @@ mod tests {
             pairs.push(("RINGLEADER_ALGO", v));
             Config::discover(&Explicit::default(), env(&pairs))
         };
-        assert_eq!(with("chain").unwrap().algo.as_deref(), Some("ring"));
-        assert_eq!(with("tree").unwrap().algo.as_deref(), Some("rd"));
+        assert_eq!(with("chain").unwrap().algo, Some(AlgoChoice::Ring));
+        assert_eq!(with("tree").unwrap().algo, Some(AlgoChoice::RecursiveDoubling));
         assert_eq!(with("auto").unwrap().algo, None);
         assert_eq!(with("").unwrap().algo, None);
         let err = with("rign").unwrap_err();

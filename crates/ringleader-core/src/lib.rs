@@ -30,7 +30,7 @@ pub mod reduce;
 pub mod types;
 
 pub use abort::AbortSignal;
-pub use config::{Config, TransportKind, VERSION};
+pub use config::{AlgoChoice, Config, TransportKind, VERSION};
 pub use error::{Diagnosis, Error, ErrorKind, Member, Result};
 pub use group::Group;
 pub use rankset::RankSet;
