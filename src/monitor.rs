@@ -279,9 +279,6 @@ impl Monitor {
             if r.rank == sh.rank || r.liveness == Liveness::Connected {
                 continue;
             }
-            if fp.op.is_p2p() && fp.root != Some(r.rank as u32) {
-                continue;
-            }
             let beat = Beat::decode(&r.heartbeat);
             if seq > 0 && beat.as_ref().is_some_and(|b| b.last_completed >= seq) {
                 continue;
@@ -365,7 +362,9 @@ impl Monitor {
             }
             let beat = seen.and_then(|x| Beat::decode(&x.heartbeat));
             let (op, seq) = match running {
-                Some((seq, fp)) if !fp.op.is_p2p() || fp.root == Some(r as u32) => {
+                // The engine runs collectives only (sends and receives are
+                // the lane's, below).
+                Some((seq, fp)) => {
                     if seq > 0 && beat.as_ref().is_some_and(|b| b.last_completed >= seq) {
                         continue;
                     }
