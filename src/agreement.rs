@@ -26,7 +26,7 @@
 
 use ringleader_core::{Group, Rank};
 use ringleader_diag::{Beat, Evidence, Liveness, PeerView, Snapshot};
-use ringleader_store::{JobStatus, Liveness as StoreLiveness};
+use ringleader_store::{JobStatus, Presence};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -284,7 +284,7 @@ impl Agreement {
         status
             .ranks
             .iter()
-            .filter(|r| r.rank != self.me && r.rank < self.world && r.liveness == StoreLiveness::Connected)
+            .filter(|r| r.rank != self.me && r.rank < self.world && r.liveness == Presence::Connected)
             .filter(|r| r.heartbeat_age.is_some_and(|a| a.as_millis() < u128::from(STALE_MS)))
             .filter(|r| {
                 !self
@@ -301,7 +301,7 @@ impl Agreement {
     fn endings_due(&self) -> bool {
         let Some((status, _)) = &self.status else { return false };
         self.launcher
-            && status.ranks.iter().any(|r| r.liveness == StoreLiveness::Vanished && !self.exits.contains_key(&r.rank))
+            && status.ranks.iter().any(|r| r.liveness == Presence::Vanished && !self.exits.contains_key(&r.rank))
     }
 
     /// Everything read, as the verdict engine's evidence.
@@ -334,9 +334,9 @@ pub(crate) fn peers(status: &JobStatus, exits: &BTreeMap<Rank, String>) -> Vec<P
         .map(|r| PeerView {
             rank: r.rank,
             liveness: match r.liveness {
-                StoreLiveness::Connected => Liveness::Alive,
-                StoreLiveness::Left => Liveness::Left,
-                StoreLiveness::Vanished => Liveness::Vanished,
+                Presence::Connected => Liveness::Alive,
+                Presence::Left => Liveness::Left,
+                Presence::Vanished => Liveness::Vanished,
             },
             host: Some(r.host.clone()),
             pid: Some(r.pid),
@@ -372,7 +372,7 @@ mod tests {
     use ringleader_diag::Observation;
     use ringleader_store::RankStatus;
 
-    fn rank(r: Rank, liveness: StoreLiveness, age_ms: u64) -> RankStatus {
+    fn rank(r: Rank, liveness: Presence, age_ms: u64) -> RankStatus {
         RankStatus {
             rank: r,
             liveness,
@@ -389,7 +389,7 @@ mod tests {
     fn status(world: usize, vanished: &[Rank], stale: &[Rank]) -> JobStatus {
         let ranks = (0..world)
             .map(|r| {
-                let l = if vanished.contains(&r) { StoreLiveness::Vanished } else { StoreLiveness::Connected };
+                let l = if vanished.contains(&r) { Presence::Vanished } else { Presence::Connected };
                 rank(r, l, if stale.contains(&r) { 60_000 } else { 100 })
             })
             .collect();

@@ -13,7 +13,7 @@ use crate::work::Work;
 use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::{CallSite, Entry};
-use ringleader_store::{Liveness, StoreServer};
+use ringleader_store::{Presence, StoreServer};
 use ringleader_transport::driver::{self, Driver};
 use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
 use std::panic::Location;
@@ -90,7 +90,7 @@ pub enum RawOp {
 
 /// A validated call: an operation for the engine (a collective, a
 /// monitored barrier), or a send or receive for the lane.
-enum Request {
+enum Dispatch {
     Engine(Submission),
     P2p(P2pRequest),
 }
@@ -268,11 +268,11 @@ impl Communicator {
     fn sync(&self, call: Call) -> Result<()> {
         let _call = self.shared.enter()?;
         match self.request(call)? {
-            Request::P2p(req) => {
+            Dispatch::P2p(req) => {
                 let (done, _) = self.submit_p2p(req)?;
                 self.shared.wait_bounded(&done)
             }
-            Request::Engine(req) => self.shared.run_sync(req),
+            Dispatch::Engine(req) => self.shared.run_sync(req),
         }
     }
 
@@ -280,12 +280,12 @@ impl Communicator {
         let _call = self.shared.enter()?;
         let limit = self.shared.wait_limit();
         let req = match self.request(call)? {
-            Request::P2p(req) => {
+            Dispatch::P2p(req) => {
                 let op = req.fp.op;
                 let (done, seq) = self.submit_p2p(req)?;
                 return Ok(Work { done, buf: Some(buf), op, seq, limit });
             }
-            Request::Engine(req) => req,
+            Dispatch::Engine(req) => req,
         };
         let op = req.fp.op;
         match self.shared.enqueue(req, false)? {
@@ -319,7 +319,7 @@ impl Communicator {
 
     /// Validates a call and turns it into a request for the engine or the
     /// lane.
-    fn request(&self, c: Call) -> Result<Request> {
+    fn request(&self, c: Call) -> Result<Dispatch> {
         let (n, rank) = (self.shared.world, self.shared.rank);
         let check_root = |what: &str, root: Rank| {
             if root >= n {
@@ -390,7 +390,7 @@ impl Communicator {
                 let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
                 let task = Task::MonitoredBarrier { timeout, wait_all };
                 let (io, out) = (RawBuf::EMPTY, RawBuf::EMPTY);
-                return Ok(Request::Engine(Submission { task, fp, io, io_ro: false, out, site: c.site }));
+                return Ok(Dispatch::Engine(Submission { task, fp, io, io_ro: false, out, site: c.site }));
             }
         };
         let esz = c.dtype.size();
@@ -413,10 +413,10 @@ impl Communicator {
         }
         Ok(match target {
             Target::Coll(task) => {
-                Request::Engine(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
+                Dispatch::Engine(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
             }
             // A send reads `io` (the input), a receive writes it (the output).
-            Target::Peer(peer) => Request::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
+            Target::Peer(peer) => Dispatch::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
         })
     }
 
@@ -687,7 +687,7 @@ impl Communicator {
         let mut store = sh.store.lock();
         while Instant::now() < deadline {
             match store.status(None, Duration::from_millis(200)).map(|s| crate::failure::ours(s, sh.world)) {
-                Ok(s) if s.ranks.iter().filter(|r| r.rank != sh.rank).all(|r| r.liveness != Liveness::Connected) => {
+                Ok(s) if s.ranks.iter().filter(|r| r.rank != sh.rank).all(|r| r.liveness != Presence::Connected) => {
                     break
                 }
                 Ok(_) => {}

@@ -356,7 +356,7 @@ pub(crate) fn evidence(
 /// The exit records launchers wrote for the ranks of `status` that ended
 /// without leaving, by rank (only when some did).
 fn exits(store: &mut StoreClient, status: &JobStatus) -> Result<BTreeMap<Rank, String>, Error> {
-    if !status.ranks.iter().any(|r| r.liveness == ringleader_store::Liveness::Vanished) {
+    if !status.ranks.iter().any(|r| r.liveness == ringleader_store::Presence::Vanished) {
         return Ok(BTreeMap::new());
     }
     let records = fetch_prefix(store, keys::EXIT_PREFIX)?;

@@ -28,7 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use ringleader_core::error::fmt_ranks;
 use ringleader_core::{Config, Error, Fingerprint, Rank};
 use ringleader_diag::Beat;
-use ringleader_store::{keys, JobStatus, Liveness, StoreClient};
+use ringleader_store::{keys, JobStatus, Presence, StoreClient};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -276,7 +276,7 @@ impl Monitor {
             return;
         };
         for r in &status.ranks {
-            if r.rank == sh.rank || r.liveness == Liveness::Connected {
+            if r.rank == sh.rank || r.liveness == Presence::Connected {
                 continue;
             }
             let beat = Beat::decode(&r.heartbeat);
@@ -284,7 +284,7 @@ impl Monitor {
                 continue;
             }
             let reason = match r.liveness {
-                Liveness::Left => {
+                Presence::Left => {
                     Error::PeerLeft { peer: r.rank, op: fp.op, seq, their_seq: beat.map_or(0, |b| b.last_started) }
                 }
                 _ => Error::PeerLost {
@@ -306,7 +306,7 @@ impl Monitor {
     fn silence_news(&mut self, status: &JobStatus) {
         let sh = &self.shared;
         for r in &status.ranks {
-            if r.rank == sh.rank || r.liveness != Liveness::Connected {
+            if r.rank == sh.rank || r.liveness != Presence::Connected {
                 continue;
             }
             let silent = r.heartbeat_age.is_some_and(|a| a >= SILENT_AFTER);
@@ -357,7 +357,7 @@ impl Monitor {
         let running = *sh.current.lock();
         for r in gone {
             let seen = self.last_status.as_ref().and_then(|s| s.rank(r));
-            if seen.is_some_and(|x| x.liveness == Liveness::Left) {
+            if seen.is_some_and(|x| x.liveness == Presence::Left) {
                 continue;
             }
             let beat = seen.and_then(|x| Beat::decode(&x.heartbeat));
@@ -390,10 +390,10 @@ impl Monitor {
     fn p2p_news(&self, status: &JobStatus) {
         let sh = &self.shared;
         for r in &status.ranks {
-            if !sh.p2p.pending.contains(r.rank) || r.liveness == Liveness::Connected {
+            if !sh.p2p.pending.contains(r.rank) || r.liveness == Presence::Connected {
                 continue;
             }
-            let how = if r.liveness == Liveness::Left { "left the job" } else { "ended without leaving the job" };
+            let how = if r.liveness == Presence::Left { "left the job" } else { "ended without leaving the job" };
             sh.abort.abort(Error::PeerLost {
                 peer: r.rank,
                 op: ringleader_core::OpKind::Recv,
@@ -416,7 +416,7 @@ impl Monitor {
             return;
         }
         let rank0_left =
-            self.last_status.as_ref().and_then(|s| s.rank(0)).is_some_and(|r| r.liveness == Liveness::Left);
+            self.last_status.as_ref().and_then(|s| s.rank(0)).is_some_and(|r| r.liveness == Presence::Left);
         let running = *sh.current.lock();
         if let (Some((seq, fp)), true) = (running, sh.store_in_rank0 && sh.rank != 0) {
             let reason = if rank0_left {

@@ -29,7 +29,7 @@ use ringleader_core::fault::{self, Point};
 use ringleader_core::{AbortSignal, Config, Error, Fingerprint, OpKind, Rank, RankSet, Result};
 use ringleader_diag::snapshot::P2pWait;
 use ringleader_diag::FlightRecorder;
-use ringleader_transport::driver::lane::{LaneWait, Progress, Transfer};
+use ringleader_transport::driver::lane::{LaneWait, Moved, Transfer};
 use ringleader_transport::shm::Waiter;
 use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
 use rustix::event::{eventfd, EventfdFlags};
@@ -324,12 +324,12 @@ impl Lane {
         let r = move_head(flow, link, &op, send);
         self.moving = None;
         let progress = r.map_err(|e| (record, e))?;
-        if progress == Progress::Done {
+        if progress == Moved::Done {
             let (job, _) = flow.jobs.pop_front().expect("head exists");
             self.host.recorder().completed_seq(job.record, 0);
             job.done.complete(Ok(()));
         }
-        Ok(progress != Progress::Blocked)
+        Ok(progress != Moved::Blocked)
     }
 
     /// Sleeps until a link, a submission or an abort may have something
@@ -378,7 +378,7 @@ impl Lane {
 /// Moves the head operation of `flow` on `link` as far as it goes (the
 /// driver moves the bytes).
 #[allow(unsafe_code)] // the job's buffer, as the submitter lent it
-fn move_head(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, send: bool) -> Result<Progress> {
+fn move_head(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, send: bool) -> Result<Moved> {
     let Flow { jobs, transfer } = flow;
     let job = &jobs.front().expect("head exists").0;
     if send {

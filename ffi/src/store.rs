@@ -6,7 +6,7 @@
 use crate::config::opt_str;
 use crate::error::{fail, guard, invalid, RL_OK};
 use ringleader_core::{Error, OpKind};
-use ringleader_store::{ClientOptions, Liveness, Role, ServerOptions, StoreClient, StoreServer};
+use ringleader_store::{ClientOptions, Presence, Role, ServerOptions, StoreClient, StoreServer};
 use std::ffi::{c_char, c_int};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -153,7 +153,7 @@ fn serve_job(s: &RlStore, join_timeout: Duration) -> ringleader_core::Result<()>
     loop {
         let status = client.status(since, Duration::from_secs(1))?;
         let joined = !status.ranks.is_empty();
-        if joined && status.with(Liveness::Connected).is_empty() {
+        if joined && status.with(Presence::Connected).is_empty() {
             return Ok(());
         }
         if !joined && Instant::now() >= deadline {
@@ -195,7 +195,7 @@ fn wait_idle(s: &RlStore, limit: Duration) -> ringleader_core::Result<()> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let status = client.status(since, left.min(Duration::from_secs(1)))?;
-        let connected = status.with(Liveness::Connected);
+        let connected = status.with(Presence::Connected);
         if connected.is_empty() {
             return Ok(());
         }

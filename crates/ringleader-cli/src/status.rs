@@ -27,7 +27,7 @@ use ringleader_core::{Diagnosis, Group, Rank};
 use ringleader_diag::snapshot::Running;
 use ringleader_diag::straggler::{self, Arrivals, RankStats};
 use ringleader_diag::Beat;
-use ringleader_store::{keys, ClientOptions, JobStatus, Liveness, RankStatus, Role, StoreClient};
+use ringleader_store::{keys, ClientOptions, JobStatus, Presence, RankStatus, Role, StoreClient};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -250,7 +250,7 @@ impl Extras {
 pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String {
     let mut out = String::new();
     let world = status.ranks.iter().filter_map(|r| r.world_size).max();
-    let connected = status.with(Liveness::Connected).len();
+    let connected = status.with(Presence::Connected).len();
     let _ = write!(
         out,
         "job at {store}: {} rank{} known, {connected} connected",
@@ -303,7 +303,7 @@ pub(crate) fn render(store: &str, status: &JobStatus, extra: &Extras) -> String 
 /// One rank's row.
 fn rank_row(r: &RankStatus, extra: &Extras) -> Vec<String> {
     let liveness = match r.liveness {
-        Liveness::Connected => "connected".to_string(),
+        Presence::Connected => "connected".to_string(),
         other => format!("{other} {:.1} s ago", r.since_change.as_secs_f64()),
     };
     let heartbeat = r.heartbeat_age.map_or("-".into(), |a| format!("{:.1} s ago", a.as_secs_f64()));
@@ -311,7 +311,7 @@ fn rank_row(r: &RankStatus, extra: &Extras) -> Vec<String> {
     let now = match (&beat, r.heartbeat_age) {
         (_, None) => "-".to_string(),
         (None, Some(_)) => "? (heartbeat not understood)".to_string(),
-        (Some(b), Some(age)) => doing(b, age, r.liveness == Liveness::Connected, extra),
+        (Some(b), Some(age)) => doing(b, age, r.liveness == Presence::Connected, extra),
     };
     let last = match &beat {
         Some(b) if b.last_completed > 0 => format!("#{}", b.last_completed),
@@ -367,7 +367,7 @@ pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value 
         "generation": status.generation,
         "world_size": world,
         "ranks_known": status.ranks.len(),
-        "ranks_connected": status.with(Liveness::Connected).len(),
+        "ranks_connected": status.with(Presence::Connected).len(),
         "never_connected": never,
         "ranks": ranks,
         "abort": status.abort.as_deref().map(record_json),
@@ -382,7 +382,7 @@ pub(crate) fn to_json(store: &str, status: &JobStatus, extra: &Extras) -> Value 
 
 /// One rank's object in [`to_json`].
 fn rank_json(r: &RankStatus, extra: &Extras) -> Value {
-    let connected = r.liveness == Liveness::Connected;
+    let connected = r.liveness == Presence::Connected;
     let beat = Beat::decode(&r.heartbeat);
     let state = match (&beat, r.heartbeat_age) {
         (_, None) => "no-heartbeat",
@@ -468,7 +468,7 @@ mod tests {
     use ringleader_core::{DType, Fingerprint, OpKind, ReduceOp};
     use ringleader_diag::snapshot::Running;
 
-    fn rank(r: Rank, liveness: Liveness, beat: Option<&Beat>) -> RankStatus {
+    fn rank(r: Rank, liveness: Presence, beat: Option<&Beat>) -> RankStatus {
         RankStatus {
             rank: r,
             liveness,
@@ -503,7 +503,7 @@ mod tests {
         };
         let status = JobStatus {
             generation: 4,
-            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle))],
+            ranks: vec![rank(0, Presence::Connected, Some(&stuck)), rank(1, Presence::Vanished, Some(&idle))],
             abort: Some(b"rank 1 died".to_vec()),
         };
         let late = |rank, us: u64| Arrivals {
@@ -547,7 +547,7 @@ mod tests {
         };
         let status = JobStatus {
             generation: 4,
-            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Connected, None)],
+            ranks: vec![rank(0, Presence::Connected, Some(&stuck)), rank(1, Presence::Connected, None)],
             abort: None,
         };
         let extra = Extras {
@@ -587,11 +587,11 @@ mod tests {
             running_site: None,
             last_completed_site: None,
         };
-        let mut late = rank(3, Liveness::Connected, None);
+        let mut late = rank(3, Presence::Connected, None);
         late.world_size = Some(4);
         let status = JobStatus {
             generation: 4,
-            ranks: vec![rank(0, Liveness::Connected, Some(&stuck)), rank(1, Liveness::Vanished, Some(&idle)), late],
+            ranks: vec![rank(0, Presence::Connected, Some(&stuck)), rank(1, Presence::Vanished, Some(&idle)), late],
             abort: Some(b"rank 1 died".to_vec()),
         };
         let extra = Extras {

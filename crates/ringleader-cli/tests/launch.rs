@@ -436,7 +436,7 @@ fn vanishing_rank() {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
     let deadline = Instant::now() + LIMIT;
-    while !member.status(None, Duration::ZERO).unwrap().with(ringleader_store::Liveness::Vanished).contains(&0) {
+    while !member.status(None, Duration::ZERO).unwrap().with(ringleader_store::Presence::Vanished).contains(&0) {
         assert!(Instant::now() < deadline, "rank 0 never vanished");
         std::thread::sleep(Duration::from_millis(20));
     }

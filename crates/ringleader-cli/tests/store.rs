@@ -9,7 +9,7 @@ mod common;
 use common::{run_env, start_env, Running};
 use ringleader_core::ErrorKind;
 use ringleader_diag::snapshot::Beat;
-use ringleader_store::{ClientOptions, Liveness, StoreClient};
+use ringleader_store::{ClientOptions, Presence, StoreClient};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -49,7 +49,7 @@ fn client(addr: &str, token: Option<&str>, rank: Option<usize>) -> ringleader_co
 /// Waits (bounded) until the store sees `rank` vanished.
 fn wait_vanished(watcher: &mut StoreClient, rank: usize) {
     let deadline = Instant::now() + LIMIT;
-    while !watcher.status(None, Duration::ZERO).unwrap().with(Liveness::Vanished).contains(&rank) {
+    while !watcher.status(None, Duration::ZERO).unwrap().with(Presence::Vanished).contains(&rank) {
         assert!(Instant::now() < deadline, "rank {rank} never vanished");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -44,7 +44,7 @@
 //! every rank read it).
 
 use ringleader_core::{AbortSignal, Error};
-use ringleader_store::{keys, ClientOptions, Liveness, ServerOptions, StoreClient, StoreServer};
+use ringleader_store::{keys, ClientOptions, Presence, ServerOptions, StoreClient, StoreServer};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -810,7 +810,7 @@ impl Monitor {
                 self.generation = Some(status.generation);
                 // Read after the answer: the death may be what woke it.
                 let victim = sh.victim.load(Ordering::Acquire);
-                victim != NOBODY && status.ranks.iter().any(|x| x.rank == victim && x.liveness == Liveness::Vanished)
+                victim != NOBODY && status.ranks.iter().any(|x| x.rank == victim && x.liveness == Presence::Vanished)
             }
             LivenessMode::Changes => {
                 let view = self.view.get_or_insert_with(ringleader_store::JobStatus::default);
@@ -825,7 +825,7 @@ impl Monitor {
                     }
                 }
                 let victim = sh.victim.load(Ordering::Acquire);
-                victim != NOBODY && view.rank(victim).is_some_and(|x| x.liveness == Liveness::Vanished)
+                victim != NOBODY && view.rank(victim).is_some_and(|x| x.liveness == Presence::Vanished)
             }
         };
         if died && sh.knows[r].load(Ordering::Relaxed) == 0 {
@@ -857,7 +857,7 @@ fn agree_each(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Erro
                 let missing: Vec<String> = status
                     .ranks
                     .iter()
-                    .filter(|x| x.rank != r && x.liveness == Liveness::Connected)
+                    .filter(|x| x.rank != r && x.liveness == Presence::Connected)
                     .filter(|x| x.heartbeat_age.is_some_and(|a| a < STALE))
                     .map(|x| keys::snapshot(x.rank))
                     .filter(|k| !snaps.contains(k))
@@ -907,7 +907,7 @@ fn agree_once(sh: &Shared, r: usize, store: &mut StoreClient) -> Result<(), Erro
             let live: Vec<String> = status
                 .ranks
                 .iter()
-                .filter(|x| x.liveness == Liveness::Connected && x.heartbeat_age.is_some_and(|a| a < STALE))
+                .filter(|x| x.liveness == Presence::Connected && x.heartbeat_age.is_some_and(|a| a < STALE))
                 .map(|x| keys::snapshot(x.rank))
                 .collect();
             let deadline = Instant::now() + GATHER;

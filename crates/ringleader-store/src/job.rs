@@ -18,7 +18,7 @@ use std::time::Duration;
 pub enum Role {
     /// The connection that represents a rank's life; at most one per rank.
     /// When it closes without [`StoreClient::leave`](crate::StoreClient::leave),
-    /// the rank is [`Liveness::Vanished`].
+    /// the rank is [`Presence::Vanished`].
     Member,
     /// Any other connection: of a rank (a helper thread's, say; it names
     /// the rank, and acts as the rank while its member connection is
@@ -47,15 +47,16 @@ impl Role {
     }
 }
 
-/// Whether a rank's member connection is alive.
+/// Whether a rank's member connection is open, and if not, how it closed
+/// (the store's view; the verdict's own `Liveness` adds what the ranks saw).
 ///
 /// ```
-/// use ringleader_store::Liveness;
-/// assert_eq!(Liveness::Vanished.to_string(), "vanished");
+/// use ringleader_store::Presence;
+/// assert_eq!(Presence::Vanished.to_string(), "vanished");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Liveness {
+pub enum Presence {
     /// The member connection is open.
     Connected,
     /// The rank said goodbye before closing (it destroyed its communicator
@@ -66,28 +67,28 @@ pub enum Liveness {
     Vanished,
 }
 
-impl Liveness {
+impl Presence {
     /// Stable one-byte wire code.
     pub(crate) const fn code(self) -> u8 {
         match self {
-            Liveness::Connected => 0,
-            Liveness::Left => 1,
-            Liveness::Vanished => 2,
+            Presence::Connected => 0,
+            Presence::Left => 1,
+            Presence::Vanished => 2,
         }
     }
 
-    /// Inverse of [`Liveness::code`].
-    pub(crate) fn from_code(code: u8) -> Option<Liveness> {
-        [Liveness::Connected, Liveness::Left, Liveness::Vanished].get(code as usize).copied()
+    /// Inverse of [`Presence::code`].
+    pub(crate) fn from_code(code: u8) -> Option<Presence> {
+        [Presence::Connected, Presence::Left, Presence::Vanished].get(code as usize).copied()
     }
 }
 
-impl fmt::Display for Liveness {
+impl fmt::Display for Presence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Liveness::Connected => "connected",
-            Liveness::Left => "left",
-            Liveness::Vanished => "vanished",
+            Presence::Connected => "connected",
+            Presence::Left => "left",
+            Presence::Vanished => "vanished",
         })
     }
 }
@@ -98,7 +99,7 @@ pub struct RankStatus {
     /// The rank.
     pub rank: Rank,
     /// Whether its member connection is alive.
-    pub liveness: Liveness,
+    pub liveness: Presence,
     /// Its host name, as it declared.
     pub host: String,
     /// Its process id.
@@ -119,7 +120,7 @@ impl fmt::Display for RankStatus {
     /// `rank 1 (node-b pid 42): vanished 3.2 s ago`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rank {} ({} pid {}): {}", self.rank, self.host, self.pid, self.liveness)?;
-        if self.liveness != Liveness::Connected {
+        if self.liveness != Presence::Connected {
             write!(f, " {:.1} s ago", self.since_change.as_secs_f64())?;
         }
         Ok(())
@@ -130,9 +131,9 @@ impl fmt::Display for RankStatus {
 /// and the job-wide abort record.
 ///
 /// ```
-/// use ringleader_store::{JobStatus, Liveness};
+/// use ringleader_store::{JobStatus, Presence};
 /// let s = JobStatus { generation: 0, ranks: vec![], abort: None };
-/// assert!(s.with(Liveness::Vanished).is_empty());
+/// assert!(s.with(Presence::Vanished).is_empty());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct JobStatus {
@@ -198,7 +199,7 @@ impl JobStatus {
     }
 
     /// The ranks whose liveness is `liveness`, ascending.
-    pub fn with(&self, liveness: Liveness) -> Vec<Rank> {
+    pub fn with(&self, liveness: Presence) -> Vec<Rank> {
         self.ranks.iter().filter(|r| r.liveness == liveness).map(|r| r.rank).collect()
     }
 }

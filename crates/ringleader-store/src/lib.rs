@@ -5,8 +5,8 @@
 //! Besides the usual rendezvous operations (set, blocking get, counters,
 //! compare-and-set, wait), the store knows *who is connected*: every rank
 //! holds one **member** connection for its whole life, and the store tells
-//! apart a rank that left cleanly ([`Liveness::Left`]) from one whose
-//! connection vanished without a word ([`Liveness::Vanished`]: killed by the
+//! apart a rank that left cleanly ([`Presence::Left`]) from one whose
+//! connection vanished without a word ([`Presence::Vanished`]: killed by the
 //! OOM killer, crashed, `kill -9`). A long-poll ([`StoreClient::changes`])
 //! reports such changes within milliseconds, which is what lets the watchdog
 //! say "rank 3 (node-b pid 4242) died" instead of waiting for a timeout; it
@@ -113,7 +113,7 @@ pub mod server;
 mod state;
 
 pub use client::{ClientOptions, StoreClient};
-pub use job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
+pub use job::{JobChanges, JobStatus, Presence, RankStatus, Role};
 pub use server::{port_holder, ServerOptions, StoreServer, Traffic};
 pub use state::Limits;
 

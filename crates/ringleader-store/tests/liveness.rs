@@ -7,7 +7,7 @@
 mod common;
 
 use common::{client, opts, server, within};
-use ringleader_store::{Liveness, StoreClient};
+use ringleader_store::{Presence, StoreClient};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -74,13 +74,13 @@ fn a_killed_member_process_vanishes() {
         let mut watcher = client(&addr);
         let before = watcher.status(None, Duration::ZERO).unwrap();
         let r1 = before.rank(1).unwrap();
-        assert_eq!((r1.liveness, r1.pid, r1.heartbeat.as_slice()), (Liveness::Connected, pid, &b"child alive"[..]));
+        assert_eq!((r1.liveness, r1.pid, r1.heartbeat.as_slice()), (Presence::Connected, pid, &b"child alive"[..]));
 
         let killed = Instant::now();
         child.0.kill().unwrap(); // SIGKILL: no chance to say goodbye
         let after = watcher.status(Some(before.generation), Duration::from_secs(5)).unwrap();
         assert!(killed.elapsed() < Duration::from_secs(1), "{:?}", killed.elapsed());
         let r1 = after.rank(1).unwrap();
-        assert_eq!((r1.liveness, r1.pid), (Liveness::Vanished, pid));
+        assert_eq!((r1.liveness, r1.pid), (Presence::Vanished, pid));
     });
 }

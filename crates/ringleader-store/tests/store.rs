@@ -5,7 +5,7 @@ mod common;
 
 use common::{client, opts, server, server_with, within, RUN};
 use ringleader_core::{AbortSignal, Error, ErrorKind};
-use ringleader_store::{Liveness, Role, ServerOptions, StoreClient, StoreServer};
+use ringleader_store::{Presence, Role, ServerOptions, StoreClient, StoreServer};
 use std::io::Write;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -277,7 +277,7 @@ fn a_member_that_leaves_is_left() {
         drop(member);
         let status = client(&addr).status(None, Duration::ZERO).unwrap();
         let r0 = status.rank(0).unwrap();
-        assert_eq!((r0.liveness, r0.pid), (Liveness::Left, std::process::id()));
+        assert_eq!((r0.liveness, r0.pid), (Presence::Left, std::process::id()));
         assert_eq!(r0.heartbeat, b"step 12");
         assert!(r0.heartbeat_age.unwrap() < Duration::from_secs(5));
         assert!(client(&addr).leave().is_err(), "only members leave");
@@ -301,7 +301,7 @@ fn a_member_dropped_without_leaving_vanishes_and_wakes_a_long_poll() {
         let (status, returned) = poll.join().unwrap();
         let status = status.unwrap();
         assert!(returned - dropped < Duration::from_millis(100), "{:?}", returned - dropped);
-        assert_eq!(status.with(Liveness::Vanished), vec![3]);
+        assert_eq!(status.with(Presence::Vanished), vec![3]);
         assert_eq!(status.rank(3).unwrap().pid, std::process::id());
         assert!(status.generation > seen);
     });

@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use ringleader_core::error::fmt_ranks;
-use ringleader_store::{ClientOptions, Liveness, Role, ServerOptions, StoreClient, StoreServer};
+use ringleader_store::{ClientOptions, Presence, Role, ServerOptions, StoreClient, StoreServer};
 use std::cell::Cell;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ pub(crate) fn linger(addr: &str, run_id: &str, token: Option<String>, bound: Dur
         let Ok(status) = client.status(seen, left.min(Duration::from_secs(1))) else {
             return;
         };
-        let connected = status.with(Liveness::Connected);
+        let connected = status.with(Presence::Connected);
         if connected.is_empty() {
             return;
         }

@@ -309,7 +309,7 @@ impl StoreClient {
         })
     }
 
-    /// Tells the store this rank is leaving cleanly ([`Liveness::Left`](crate::Liveness::Left)).
+    /// Tells the store this rank is leaving cleanly ([`Presence::Left`](crate::Presence::Left)).
     /// Only a member connection may leave; the connection stays usable.
     pub fn leave(&mut self) -> Result<()> {
         self.call(Request::Leave, None, |r| match r {
@@ -334,14 +334,14 @@ impl StoreClient {
     /// passes, whichever is first. Passing the timeout is not an error.
     ///
     /// ```no_run
-    /// # use ringleader_store::{ClientOptions, Liveness, StoreClient};
+    /// # use ringleader_store::{ClientOptions, Presence, StoreClient};
     /// # use std::time::Duration;
     /// # fn main() -> ringleader_core::Result<()> {
     /// # let mut store = StoreClient::connect("h:1", ClientOptions::new("j"))?;
     /// let mut seen = None;
     /// loop {
     ///     let status = store.status(seen, Duration::from_secs(5))?;
-    ///     if !status.with(Liveness::Vanished).is_empty() { break; }
+    ///     if !status.with(Presence::Vanished).is_empty() { break; }
     ///     seen = Some(status.generation);
     /// }
     /// # Ok(()) }
@@ -365,12 +365,12 @@ impl StoreClient {
     /// [`JobChanges::more`] is set, ask again at once.
     ///
     /// ```no_run
-    /// # use ringleader_store::{ClientOptions, Liveness, StoreClient};
+    /// # use ringleader_store::{ClientOptions, Presence, StoreClient};
     /// # use std::time::Duration;
     /// # fn main() -> ringleader_core::Result<()> {
     /// # let mut store = StoreClient::connect("h:1", ClientOptions::new("j"))?;
     /// let mut view = ringleader_store::JobStatus::default();
-    /// while view.with(Liveness::Vanished).is_empty() {
+    /// while view.with(Presence::Vanished).is_empty() {
     ///     let changes = store.changes(view.generation, Duration::from_secs(5))?;
     ///     view.apply(changes);
     /// }

@@ -9,7 +9,7 @@
 
 use super::wire::{Dec, Enc};
 use super::{CodecError, MAX_ITEMS, MAX_KEY, MAX_TEXT, MAX_VALUE};
-use crate::job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
+use crate::job::{JobChanges, JobStatus, Presence, RankStatus, Role};
 use ringleader_core::Error;
 use std::time::Duration;
 
@@ -649,7 +649,7 @@ fn decode_rank_status(d: &mut Dec<'_>) -> R<RankStatus> {
         rank: d.u32("rank")? as usize,
         liveness: {
             let tag = d.u8("liveness")?;
-            Liveness::from_code(tag).ok_or(CodecError::UnknownTag { what: "liveness", tag })?
+            Presence::from_code(tag).ok_or(CodecError::UnknownTag { what: "liveness", tag })?
         },
         host: d.string("host", MAX_TEXT)?,
         pid: d.u32("pid")?,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::job::{JobChanges, JobStatus, Liveness, RankStatus, Role};
+use crate::job::{JobChanges, JobStatus, Presence, RankStatus, Role};
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::mem::discriminant;
@@ -83,9 +83,9 @@ fn status() -> JobStatus {
     JobStatus {
         generation: 9,
         ranks: vec![
-            rank(0, Liveness::Connected, Some(Duration::from_millis(5))),
-            rank(1, Liveness::Left, None),
-            rank(2, Liveness::Vanished, Some(Duration::from_secs(3))),
+            rank(0, Presence::Connected, Some(Duration::from_millis(5))),
+            rank(1, Presence::Left, None),
+            rank(2, Presence::Vanished, Some(Duration::from_secs(3))),
         ],
         abort: Some(b"rank 2 died".to_vec()),
     }

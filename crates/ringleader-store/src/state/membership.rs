@@ -25,7 +25,7 @@
 //!    others are closed after a long silence.
 //!
 //! A member connection then stands for its rank's life: `Leave` marks the
-//! rank [`Liveness::Left`], a close without it [`Liveness::Vanished`].
+//! rank [`Presence::Left`], a close without it [`Presence::Vanished`].
 //!
 //! What each connection may do is its [`Access`], decided at the hello; see
 //! the crate docs ("Who may do what") for the table.
@@ -34,7 +34,7 @@ use super::run::{RankEntry, Run, RANK};
 use super::{ConnId, Outbox, ServerState};
 use crate::auth::Transcript;
 use crate::codec::{Challenge, ClientHello, Request, ServerMsg, Welcome, WireError, MAGIC, PROTOCOL_VERSION};
-use crate::job::{Liveness, Role};
+use crate::job::{Presence, Role};
 use crate::keys;
 use ringleader_core::config::MAX_RUN_ID;
 use ringleader_core::VERSION;
@@ -374,7 +374,7 @@ impl ServerState {
         tracing::info!(rank, host = %hello.host, pid = hello.pid, version = %hello.library_version, "rank connected");
         let world = hello.world_size.unwrap_or(rank + 1);
         let entry = RankEntry {
-            liveness: Liveness::Connected,
+            liveness: Presence::Connected,
             host: hello.host,
             pid: hello.pid,
             version: hello.library_version,
@@ -432,7 +432,7 @@ impl ServerState {
             cx.run.idle_since = Some(now);
         }
         if let Some(rank) = session.member_of {
-            cx.change(rank, Liveness::Vanished, &mut out);
+            cx.change(rank, Presence::Vanished, &mut out);
         }
         out
     }
@@ -497,7 +497,7 @@ impl ServerState {
 fn is_members_helper(run: &Run, rank: u32, hello: &ClientHello) -> bool {
     run.ranks
         .get(&rank)
-        .is_some_and(|m| m.liveness == Liveness::Connected && m.host == hello.host && m.pid == hello.pid)
+        .is_some_and(|m| m.liveness == Presence::Connected && m.host == hello.host && m.pid == hello.pid)
 }
 
 /// Sizes of the hello's fields and what its role needs.

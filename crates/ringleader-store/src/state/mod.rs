@@ -32,7 +32,7 @@ mod waiters;
 pub use limits::Limits;
 
 use crate::codec::{Response, ServerMsg, WireError};
-use crate::job::Liveness;
+use crate::job::Presence;
 use membership::Conn;
 use ops::Cx;
 use run::Run;
@@ -252,7 +252,7 @@ impl ServerState {
             }
             for (rank, e) in &run.ranks {
                 let indexed = run.beats.contains(&(e.beat_at, *rank));
-                if indexed != (e.liveness == Liveness::Connected && !e.silent) {
+                if indexed != (e.liveness == Presence::Connected && !e.silent) {
                     return Err(format!("rank {rank} of run {id:?}: indexed by heartbeat {indexed}, {e:?}"));
                 }
             }

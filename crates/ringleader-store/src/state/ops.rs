@@ -11,7 +11,7 @@ use super::run::{entry_cost, Entry, Run, WAITER, WAIT_KEY};
 use super::waiters::{WaitKind, Waiter, WaiterId};
 use super::{invalid, response_weight, ConnId, Limits, Outbox, BASE, ITEM};
 use crate::codec::{Request, Response, ServerMsg, MAX_FRAME, MAX_VALUE};
-use crate::job::Liveness;
+use crate::job::Presence;
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
@@ -548,7 +548,7 @@ impl Cx<'_> {
         if let Some(s) = self.session_mut(conn) {
             s.member_of = None;
         }
-        self.change(rank, Liveness::Left, out);
+        self.change(rank, Presence::Left, out);
         Response::Ok
     }
 
@@ -571,7 +571,7 @@ impl Cx<'_> {
         let new = entry.heartbeat.as_ref().map_or(0, |(_, p)| p.len());
         let was_silent = std::mem::replace(&mut entry.silent, false);
         let (before, now) = (std::mem::replace(&mut entry.beat_at, self.now), self.now);
-        if entry.liveness == Liveness::Connected {
+        if entry.liveness == Presence::Connected {
             self.run.beats.remove(&(before, rank));
             self.run.beats.insert((now, rank));
         }
@@ -586,20 +586,20 @@ impl Cx<'_> {
     }
 
     /// A rank's member connection left or closed.
-    pub(super) fn change(&mut self, rank: u32, liveness: Liveness, out: &mut Outbox) {
+    pub(super) fn change(&mut self, rank: u32, liveness: Presence, out: &mut Outbox) {
         let Some(entry) = self.run.ranks.get_mut(&rank) else {
             return;
         };
-        if entry.liveness != Liveness::Connected {
+        if entry.liveness != Presence::Connected {
             return;
         }
         match liveness {
             // Once the job has aborted, ranks going away is its teardown, not
             // news: a line each would make a big job's log grow with its size.
-            Liveness::Vanished if self.run.abort.is_none() => {
+            Presence::Vanished if self.run.abort.is_none() => {
                 tracing::warn!(rank, host = %entry.host, pid = entry.pid, "rank vanished without leaving")
             }
-            Liveness::Vanished => {
+            Presence::Vanished => {
                 tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank vanished after the job aborted")
             }
             _ => tracing::info!(rank, host = %entry.host, pid = entry.pid, "rank left"),
@@ -622,7 +622,7 @@ impl Cx<'_> {
             }
             self.run.beats.pop_first();
             let Some(entry) = self.run.ranks.get_mut(&rank) else { continue };
-            if entry.liveness != Liveness::Connected {
+            if entry.liveness != Presence::Connected {
                 continue;
             }
             entry.silent = true;

@@ -13,7 +13,7 @@
 
 use super::waiters::Waiters;
 use super::ConnId;
-use crate::job::{JobChanges, JobStatus, Liveness, RankStatus};
+use crate::job::{JobChanges, JobStatus, Presence, RankStatus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -42,7 +42,7 @@ pub(super) fn entry_cost(key: &str, value: &[u8]) -> u64 {
 /// One rank that connected as a member.
 #[derive(Debug)]
 pub(super) struct RankEntry {
-    pub(super) liveness: Liveness,
+    pub(super) liveness: Presence,
     pub(super) host: String,
     pub(super) pid: u32,
     pub(super) version: String,
@@ -89,7 +89,7 @@ impl RankEntry {
     pub(super) fn describe(&self, now: Instant) -> String {
         let who = format!("{} pid {}", self.host, self.pid);
         match self.liveness {
-            Liveness::Connected => who,
+            Presence::Connected => who,
             gone => format!(
                 "{who}, which {gone} {:.1} s ago (a rank cannot rejoin a running job)",
                 now.saturating_duration_since(self.changed).as_secs_f64()
@@ -201,7 +201,7 @@ impl Run {
                 if let Some(e) = self.ranks.get_mut(&rank) {
                     self.changed.remove(&e.generation);
                     e.generation = g;
-                    if e.liveness != Liveness::Connected || e.silent || e.was_silent {
+                    if e.liveness != Presence::Connected || e.silent || e.was_silent {
                         self.changed.insert(g, rank);
                     }
                 }

@@ -4,7 +4,7 @@ use super::membership::{MAX_HEARTBEAT, MAX_HOST, MAX_WORLD};
 use super::*;
 use crate::auth::Transcript;
 use crate::codec::{ClientHello, Request, Welcome, MAGIC, PROTOCOL_VERSION};
-use crate::job::{JobStatus, Liveness, Role};
+use crate::job::{JobStatus, Presence, Role};
 use std::time::Duration;
 
 struct Harness {
@@ -275,12 +275,12 @@ fn members_connect_leave_and_vanish() {
     let mut h = Harness::new();
     let (r0, r1) = (h.member(0, 100, 0), h.member(1, 101, 0));
     let s = h.status(1000);
-    assert_eq!((s.generation, s.with(Liveness::Connected)), (2, vec![0, 1]));
+    assert_eq!((s.generation, s.with(Presence::Connected)), (2, vec![0, 1]));
     assert_eq!(h.ask(r0, Request::Leave, 1000), Response::Ok);
     assert!(h.state.connection_closed(r0, h.at(1100)).is_empty(), "no event: it already left");
     h.state.connection_closed(r1, h.at(2000));
     let s = h.status(3000);
-    assert_eq!((s.with(Liveness::Left), s.with(Liveness::Vanished)), (vec![0], vec![1]));
+    assert_eq!((s.with(Presence::Left), s.with(Presence::Vanished)), (vec![0], vec![1]));
     let r1 = s.rank(1).unwrap();
     assert_eq!((r1.pid, r1.since_change), (101, Duration::from_secs(1)));
     assert_eq!(s.generation, 4);
@@ -299,12 +299,12 @@ fn a_status_poll_is_woken_by_vanish_leave_and_abort() {
     assert!(h.send(watcher, 2, status_since(gen, 5000), 10).is_empty());
     let out = h.state.connection_closed(r1, h.at(20));
     let Response::Status(s) = answer(&out, watcher, 2) else { panic!() };
-    assert_eq!((s.generation, s.with(Liveness::Vanished)), (gen + 1, vec![1]));
+    assert_eq!((s.generation, s.with(Presence::Vanished)), (gen + 1, vec![1]));
 
     assert!(h.send(watcher, 3, status_since(gen + 1, 5000), 30).is_empty());
     let out = h.send(r0, 1, Request::Leave, 40);
     let Response::Status(s) = answer(&out[1..], watcher, 3) else { panic!() };
-    assert_eq!(s.with(Liveness::Left), vec![0]);
+    assert_eq!(s.with(Presence::Left), vec![0]);
 
     assert!(h.send(watcher, 4, status_since(s.generation, 5000), 50).is_empty());
     let out = h.send(r0, 5, Request::AbortJob { record: b"rank 1 died".to_vec() }, 60);
@@ -323,7 +323,7 @@ fn a_status_poll_times_out_with_the_status_not_an_error() {
     assert!(h.send(c, 8, status_since(1, 250), 0).is_empty());
     let out = h.state.handle_timeout(h.at(250));
     let Response::Status(s) = answer(&out, c, 8) else { panic!("{out:?}") };
-    assert_eq!((s.generation, s.with(Liveness::Connected)), (1, vec![2]));
+    assert_eq!((s.generation, s.with(Presence::Connected)), (1, vec![2]));
     let Response::Status(_) = h.ask(c, status_since(0, 250), 300) else {
         panic!("an older generation answers at once")
     };
@@ -836,7 +836,7 @@ fn a_changes_poll_carries_only_the_ranks_that_changed_and_ignores_heartbeats() {
     let Response::Changes(c) = answer(&out, watcher, 2) else { panic!("{out:?}") };
     assert_eq!((c.generation, c.more, c.abort.as_deref()), (gen + 1, false, None));
     assert_eq!(c.ranks.len(), 1);
-    assert_eq!((c.ranks[0].rank, c.ranks[0].liveness, c.ranks[0].pid), (1, Liveness::Vanished, 101));
+    assert_eq!((c.ranks[0].rank, c.ranks[0].liveness, c.ranks[0].pid), (1, Presence::Vanished, 101));
 
     // Nothing new: the poll parks, and its timeout answers no changes.
     assert!(h.send(watcher, 3, changes_since(c.generation, 250), 30).is_empty());
@@ -864,9 +864,9 @@ fn a_changes_poll_carries_only_the_ranks_that_changed_and_ignores_heartbeats() {
         }
     }
     let mut now = h.status(330);
-    now.ranks.retain(|r| r.liveness != Liveness::Connected);
+    now.ranks.retain(|r| r.liveness != Presence::Connected);
     let liveness = |s: &JobStatus| s.ranks.iter().map(|r| (r.rank, r.liveness, r.pid)).collect::<Vec<_>>();
-    assert_eq!(liveness(&view), vec![(1, Liveness::Vanished, 101), (3, Liveness::Left, 103)]);
+    assert_eq!(liveness(&view), vec![(1, Presence::Vanished, 101), (3, Presence::Left, 103)]);
     assert_eq!(liveness(&view), liveness(&now));
     assert_eq!((view.generation, view.abort.clone()), (now.generation, now.abort.clone()));
 }
@@ -916,8 +916,8 @@ fn a_changes_poll_from_ahead_of_the_store_reads_from_the_start() {
     // A reader that knew an earlier store of the same address asks past
     // this one's generation: it gets every departure at once, not a wait.
     let Response::Changes(c) = h.ask(watcher, changes_since(1000, 5000), 2) else { panic!() };
-    let got: Vec<(usize, Liveness)> = c.ranks.iter().map(|r| (r.rank, r.liveness)).collect();
-    assert_eq!(got, vec![(3, Liveness::Vanished), (0, Liveness::Left)]);
+    let got: Vec<(usize, Presence)> = c.ranks.iter().map(|r| (r.rank, r.liveness)).collect();
+    assert_eq!(got, vec![(3, Presence::Vanished), (0, Presence::Left)]);
     assert_eq!(c.generation, 5);
 }
 
@@ -950,7 +950,7 @@ fn a_rank_that_stops_heartbeating_is_pushed_as_silent_and_again_when_it_beats() 
                 let Response::Changes(c) = answer(&out, watcher, 2) else { panic!("{out:?}") };
                 assert_eq!(c.ranks.len(), 1, "{c:?}");
                 let r = &c.ranks[0];
-                assert_eq!((r.rank, r.liveness, r.pid), (2, Liveness::Connected, 102));
+                assert_eq!((r.rank, r.liveness, r.pid), (2, Presence::Connected, 102));
                 assert_eq!(deadline, h.at(1_000 + 3_000), "silent 3 s after its last heartbeat");
                 assert!(r.heartbeat_age.unwrap() >= Duration::from_secs(3), "{r:?}");
                 h.state.check_invariants().unwrap();

@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 
 /// How far one call moved a [`Transfer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
+pub enum Moved {
     /// Nothing moved: the link would block.
     Blocked,
     /// Some bytes moved; the frame is not complete yet.
@@ -47,7 +47,7 @@ pub enum Progress {
 /// on its link: how much of it has moved, and its header.
 ///
 /// Each call moves what the link takes (or has) without blocking and says
-/// how far it got ([`Progress`]); the next call goes on from there, with the
+/// how far it got ([`Moved`]); the next call goes on from there, with the
 /// same operation and buffer.
 ///
 /// ```
@@ -92,20 +92,20 @@ impl Transfer {
 
     /// Where a call that moved bytes (`moved`) left the frame of `total`
     /// bytes; back at the start when it is complete.
-    fn progress(&mut self, total: usize, moved: bool) -> Progress {
+    fn progress(&mut self, total: usize, moved: bool) -> Moved {
         if self.off == total {
             self.off = 0;
-            Progress::Done
+            Moved::Done
         } else if moved {
-            Progress::Partial
+            Moved::Partial
         } else {
-            Progress::Blocked
+            Moved::Blocked
         }
     }
 
     /// Writes what `link` takes of the frame that sends `data` for `op`;
     /// a broken link is an error naming the peer and `op`.
-    pub fn send(&mut self, link: &mut dyn Link, data: &[u8], op: &OpInfo) -> Result<Progress> {
+    pub fn send(&mut self, link: &mut dyn Link, data: &[u8], op: &OpInfo) -> Result<Moved> {
         if self.off == 0 {
             self.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, data.len() as u64).encode();
         }
@@ -128,7 +128,7 @@ impl Transfer {
     /// different call is a mismatch, a goodbye means the peer left, and a
     /// frame that is not plain data (point-to-point never sends
     /// single-copy or spliced frames) a protocol error.
-    pub fn recv(&mut self, link: &mut dyn Link, dst: &mut [u8], op: &OpInfo) -> Result<Progress> {
+    pub fn recv(&mut self, link: &mut dyn Link, dst: &mut [u8], op: &OpInfo) -> Result<Moved> {
         let len = dst.len();
         let total = Transfer::total(len);
         let peer = link.peer();
@@ -246,13 +246,13 @@ mod tests {
             let mut moved = false;
             if !sent {
                 let p = tx.send(a, &data, &op(OpKind::Send, len as u64)).unwrap();
-                sent = p == Progress::Done;
-                moved |= p != Progress::Blocked;
+                sent = p == Moved::Done;
+                moved |= p != Moved::Blocked;
             }
             if !received {
                 let p = rx.recv(b, &mut got, &op(OpKind::Send, len as u64)).unwrap();
-                received = p == Progress::Done;
-                moved |= p != Progress::Blocked;
+                received = p == Moved::Done;
+                moved |= p != Moved::Blocked;
             }
             if !moved {
                 let mut w = LaneWait::new(&[abort.fd()]);
@@ -286,7 +286,7 @@ mod tests {
     fn a_different_call_or_a_goodbye_fails_the_receive_naming_the_peer() {
         let (mut a, mut b) = crate::tcp::test_pair();
         let mut tx = Transfer::new();
-        assert_eq!(tx.send(&mut a, &[1, 2, 3], &op(OpKind::Send, 3)).unwrap(), Progress::Done);
+        assert_eq!(tx.send(&mut a, &[1, 2, 3], &op(OpKind::Send, 3)).unwrap(), Moved::Done);
         let mut got = [0u8; 4];
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut rx = Transfer::new();
