@@ -208,10 +208,18 @@ impl Monitor {
         let r = store.heartbeat(&beat).and_then(|()| store.try_get(keys::DUMP_REQUEST));
         match r {
             Ok(counter) => {
+                let number = counter.as_deref().and_then(|c| std::str::from_utf8(c).ok()?.trim().parse::<i64>().ok());
                 if self.beat.dump_requested(counter) {
                     if let Some(p) = self.shared.write_dump(None, None) {
                         let msg = format!("wrote the flight recorder dump {} on request", p.display());
                         log::warn(&self.shared.cfg, &msg);
+                    }
+                    // The same records, compact, where a tool on any host
+                    // reads them (`ringleader status --trace`).
+                    let snap = crate::agreement::compact(self.shared.snapshot(None));
+                    let view = serde_json::json!({ "request": number, "snapshot": snap });
+                    if let Err(e) = store.set(&keys::view(self.shared.rank), view.to_string().as_bytes()) {
+                        self.store_lost(e);
                     }
                 }
             }

@@ -11,7 +11,8 @@
 //! ranks ended (`rl/exit/*`), when the store holds them.
 //!
 //! `--dump` bumps [`keys::DUMP_REQUEST`], which makes every rank write its
-//! flight-recorder dump; `--watch SECS` repeats the view until Ctrl-C,
+//! flight-recorder dump; `--trace FILE` makes the same request and writes
+//! the ranks' answers as a timeline (`status/timeline.rs`); `--watch SECS` repeats the view until Ctrl-C,
 //! at once when the store reports an event (a rank joined, left, vanished,
 //! the job aborted), else every SECS. `--json` prints the same facts as one
 //! JSON document per view ([`to_json`]).
@@ -19,6 +20,8 @@
 //! Without `--store`, the address comes from RINGLEADER_STORE_ADDR, which
 //! `ringleader launch` sets for its ranks (so `status` run from inside a rank
 //! finds its job).
+
+mod timeline;
 
 use crate::error::Result;
 use clap::Args;
@@ -96,6 +99,13 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     pub(crate) dump: bool,
 
+    /// Also write the job's timeline to FILE: the same request, after
+    /// which every rank publishes its newest flight records to the store;
+    /// those that answer within 10 s become a Chrome/Perfetto trace (one
+    /// process per rank, a slice per collective), from any host.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<std::path::PathBuf>,
+
     /// Print each view as one JSON object (schema below) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -145,7 +155,7 @@ fn watch(args: &StatusArgs) -> Result<()> {
     let mut client = StoreClient::connect(&store, opts)?;
 
     let mut dump_request = None;
-    if args.dump {
+    if args.dump || args.trace.is_some() {
         let n = client.add(keys::DUMP_REQUEST, 1)?;
         let note = format!(
             "requested a flight-recorder dump from every rank (request #{n}): each writes it \
@@ -158,6 +168,17 @@ fn watch(args: &StatusArgs) -> Result<()> {
             println!("{note}\n");
         }
         dump_request = Some(n);
+        if let Some(path) = &args.trace {
+            let got = timeline::collect(&mut client, n, timeline::ANSWER_WITHIN)?;
+            let note = timeline::write(&got, path).map_err(|e| {
+                ringleader_core::Error::invalid("--trace", format!("cannot write {}: {e}", path.display()))
+            })?;
+            if args.json {
+                eprintln!("ringleader status: {note}");
+            } else {
+                println!("{note}\n");
+            }
+        }
     }
     let clear = args.watch.is_some() && !args.json && std::io::stdout().is_terminal();
     let mut seen = None;

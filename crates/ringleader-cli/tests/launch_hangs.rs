@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{run, Scratch};
+use common::{run, start_env, Scratch};
 use ringleader::{Communicator, ReduceOp};
 use std::time::{Duration, Instant};
 
@@ -81,6 +81,26 @@ fn worker() {
                 let e = c.all_reduce(&mut t, ReduceOp::Sum).unwrap_err();
                 println!("VERDICT {}", e.to_string().lines().next().unwrap_or(""));
                 std::process::exit(1);
+            }
+        }
+        // A job that runs (all_reduce every 5 ms) until told to stop, rank 0
+        // saying where its store is.
+        "running" => {
+            let dir = std::path::PathBuf::from(std::env::var("RL_SCRATCH").expect("RL_SCRATCH"));
+            if c.rank() == 0 {
+                let addr = std::env::var("RINGLEADER_STORE_ADDR").expect("the launcher's store");
+                std::fs::write(dir.join("store.tmp"), addr).unwrap();
+                std::fs::rename(dir.join("store.tmp"), dir.join("store")).unwrap();
+            }
+            loop {
+                c.all_reduce(&mut t, ReduceOp::Sum).expect("a running all_reduce");
+                let stop = [0.0f32 + f32::from(u8::from(dir.join("stop").exists()))];
+                let mut any = stop;
+                c.all_reduce(&mut any, ReduceOp::Max).expect("the stop vote");
+                if any[0] > 0.0 || start.elapsed() > Duration::from_secs(40) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
         _ => {}
@@ -350,4 +370,41 @@ fn a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most() {
     }
     eprintln!("a 32-rank hang: {} bytes of log, {} lines", log.len(), log.lines().count());
     assert!(log.len() < 16 * 1024, "{} bytes:\n{log}", log.len());
+}
+
+#[test]
+fn status_writes_the_timeline_of_a_running_job() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = Scratch::new("launch-running-trace");
+    let scratch = format!("RL_SCRATCH={}", dir.path());
+    let scenario = format!("{SCENARIO}=running");
+    let mut args = vec!["launch", "--nproc-per-node", "4", "--", "env", &scenario, &scratch];
+    args.extend([exe.to_str().unwrap(), "--exact", "worker", "--nocapture", "-q"]);
+    let job = start_env(&args, &[]);
+    dir.wait_for(&["store"], Duration::from_secs(30));
+    let addr = std::fs::read_to_string(dir.0.join("store")).unwrap();
+
+    // From outside the job, as a user would: the launcher's secret is found
+    // by the store's port, the ranks answer at their next heartbeat.
+    let trace = format!("{}/running.json", dir.path());
+    let out = run(&["status", "--store", &addr, "--trace", &trace], Duration::from_secs(30));
+    std::fs::write(dir.0.join("stop"), b"").unwrap();
+    let job = job.finish(Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("wrote the timeline of 4 rank(s)"), "{}", out.stdout);
+    assert!(!out.stdout.contains("did not answer"), "{}", out.stdout);
+    assert_eq!(job.code, Some(0), "the job runs on: {}\n{}", job.stdout, job.stderr);
+
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let ev = t["traceEvents"].as_array().unwrap();
+    let mut procs: Vec<u64> =
+        ev.iter().filter(|e| e["name"] == "process_name").map(|e| e["pid"].as_u64().unwrap()).collect();
+    procs.sort_unstable();
+    assert_eq!(procs, vec![0, 1, 2, 3], "one process per rank");
+    for rank in 0..4u64 {
+        let slices: Vec<&serde_json::Value> = ev.iter().filter(|e| e["ph"] == "X" && e["pid"] == rank).collect();
+        assert!(!slices.is_empty(), "rank {rank} has collectives on its track");
+        assert!(slices.iter().all(|s| s["name"].as_str().unwrap().starts_with("all_reduce #")), "{slices:?}");
+        assert!(slices.iter().all(|s| s["args"]["state"] != "failed"), "{slices:?}");
+    }
 }

@@ -86,6 +86,17 @@ pub fn exit(r: Rank) -> String {
 /// Prefix of every exit record.
 pub const EXIT_PREFIX: &str = "rl/exit/";
 
+/// A rank's answer to a dump request for a running job's timeline
+/// (`ringleader status --trace`): `{"request": N, "snapshot": {...}}`, its
+/// compact snapshot (the newest flight records) and the request number it
+/// answers. Overwritten by each request, so the store keeps one per rank.
+pub fn view(r: Rank) -> String {
+    format!("{VIEW_PREFIX}{r}")
+}
+
+/// Prefix of every rank's timeline answer.
+pub const VIEW_PREFIX: &str = "rl/view/";
+
 /// A counter that `ringleader status --dump` increments: every rank writes
 /// its flight-recorder dump when it changes.
 pub const DUMP_REQUEST: &str = "rl/dump_request";
