@@ -318,6 +318,25 @@ fn analyze_names_the_late_rank_and_writes_a_timeline_of_a_failed_4_rank_job() {
     }
     let slices = ev.iter().filter(|e| e["ph"] == "X" && e["pid"] == 3).count();
     assert_eq!(slices, 61, "rank 3 recorded all_reduce #1-61");
+
+    // Every rank measured its clock against the store's at init (one host
+    // here, one clock: the offset is within half the round trip).
+    let mut dumps_seen = 0;
+    let mut stack = vec![dumps.0.clone()];
+    while let Some(d) = stack.pop() {
+        for f in std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()) {
+            if f.is_dir() {
+                stack.push(f);
+            } else if f.extension().is_some_and(|x| x == "json") && f.file_name() != Some("trace.json".as_ref()) {
+                let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+                let (off, rtt) = (j["clock_offset_ns"].as_i64(), j["clock_rtt_ns"].as_u64());
+                let (off, rtt) = (off.unwrap_or_else(|| panic!("{}: no clock offset", f.display())), rtt.unwrap());
+                assert!(rtt > 0 && off.unsigned_abs() <= rtt / 2 + 1, "{}: offset {off} ns, rtt {rtt} ns", f.display());
+                dumps_seen += 1;
+            }
+        }
+    }
+    assert!(dumps_seen >= 4, "a dump per rank: {dumps_seen}");
 }
 
 /// Ranks of [`a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most`].

@@ -258,6 +258,14 @@ pub struct Snapshot {
     /// (whole in a dump, [`Stacks::compact`] in a published snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Stacks>,
+    /// The store's wall clock minus this rank's, in nanoseconds, measured
+    /// at init: adding it puts this rank's times on the store's clock, the
+    /// one timeline every rank of every host shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ns: Option<i64>,
+    /// The round trip that offset came from: it is right within half of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_rtt_ns: Option<u64>,
 }
 
 impl Snapshot {
@@ -288,6 +296,8 @@ impl Snapshot {
             job: Vec::new(),
             verdict: None,
             stacks: None,
+            clock_offset_ns: None,
+            clock_rtt_ns: None,
         }
     }
 

@@ -8,9 +8,12 @@
 //! arguments. The failing operation is marked: its slice is named
 //! `... FAILED`, carries the error, and an instant event sits at its end.
 //!
-//! Times are each rank's wall clock, shown relative to the earliest event
-//! of the trace: ranks of one host line up exactly, ranks of different
-//! hosts as well as their clocks agree.
+//! Times are on the store's clock: each rank measured its wall clock's
+//! offset to the store's at init ([`Snapshot::clock_offset_ns`], within
+//! half a round trip to the store), and its times are shifted by it, so
+//! ranks of different hosts line up even where the hosts' clocks disagree.
+//! A snapshot without an offset (an older dump) keeps its own clock. Times
+//! are shown relative to the earliest event of the trace.
 
 use crate::recorder::{Entry, State};
 use crate::snapshot::Snapshot;
@@ -26,8 +29,13 @@ use serde_json::{json, Value};
 /// assert_eq!(t["traceEvents"][0]["args"]["name"], "rank 0 (node-a pid 42)");
 /// ```
 pub fn trace(snaps: &[Snapshot]) -> Value {
-    let origin =
-        snaps.iter().flat_map(|s| s.entries.iter().map(|e| e.time_created_ns)).filter(|&t| t > 0).min().unwrap_or(0);
+    // A rank's time on the store's clock.
+    let aligned = |s: &Snapshot, ns: u64| ns.saturating_add_signed(s.clock_offset_ns.unwrap_or(0));
+    let origin = snaps
+        .iter()
+        .flat_map(|s| s.entries.iter().filter(|e| e.time_created_ns > 0).map(|e| aligned(s, e.time_created_ns)))
+        .min()
+        .unwrap_or(0);
     let us = |ns: u64| ns.saturating_sub(origin) as f64 / 1000.0;
     let mut events = Vec::new();
     let mut named: Vec<Rank> = Vec::new();
@@ -60,11 +68,11 @@ pub fn trace(snaps: &[Snapshot]) -> Value {
             "args": {"name": format!("communicator: {track}")},
         }));
         for e in &s.entries {
-            let start = e.time_created_ns;
-            if start == 0 {
+            if e.time_created_ns == 0 {
                 continue;
             }
-            let end = e.time_discovered_completed_ns.unwrap_or(s.time_ns).max(start);
+            let start = aligned(s, e.time_created_ns);
+            let end = aligned(s, e.time_discovered_completed_ns.unwrap_or(s.time_ns)).max(start);
             let failed = e.state == State::Failed;
             let mut name = e.label();
             if failed {
@@ -172,5 +180,35 @@ mod tests {
         assert_eq!((failed[0]["args"]["seq"].as_u64(), failed[0]["args"]["bytes"].as_u64()), (Some(3), Some(1024)));
         assert!(slices.iter().all(|e| e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0));
         assert_eq!(ev.iter().filter(|e| e["ph"] == "i").count(), 3);
+    }
+
+    #[test]
+    fn ranks_of_hosts_whose_clocks_disagree_line_up_on_the_stores_clock() {
+        // Two ranks that started the same collective at the same moment,
+        // on hosts whose clocks are 5 s apart; each measured its offset.
+        let mut a = snap(0, 1, None);
+        let mut b = snap(1, 1, None);
+        let t0 = 1_700_000_000_000_000_000u64;
+        for (s, local, offset) in [(&mut a, t0, 0i64), (&mut b, t0 + 5_000_000_000, -5_000_000_000)] {
+            s.entries[0].time_created_ns = local;
+            s.entries[0].time_discovered_completed_ns = Some(local + 2_000_000);
+            s.clock_offset_ns = Some(offset);
+        }
+        let starts = |t: &Value| -> Vec<f64> {
+            t["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["ph"] == "X")
+                .map(|e| e["ts"].as_f64().unwrap())
+                .collect()
+        };
+        let t = trace(&[a.clone(), b.clone()]);
+        assert_eq!(starts(&t), vec![0.0, 0.0], "aligned: {t}");
+        assert_eq!(t["otherData"]["origin_unix_ns"], t0);
+        // Without the offsets, the 5 s between the clocks show.
+        a.clock_offset_ns = None;
+        b.clock_offset_ns = None;
+        assert_eq!(starts(&trace(&[a, b])), vec![0.0, 5_000_000.0]);
     }
 }

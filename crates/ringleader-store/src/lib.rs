@@ -112,7 +112,7 @@ pub mod keys;
 pub mod server;
 mod state;
 
-pub use client::{ClientOptions, StoreClient};
+pub use client::{ClientOptions, ClockOffset, StoreClient};
 pub use job::{JobChanges, JobStatus, Presence, RankStatus, Role};
 pub use server::{port_holder, ServerOptions, StoreServer, Traffic};
 pub use state::Limits;

@@ -45,6 +45,20 @@ fn every_operation_works_against_a_real_server() {
 }
 
 #[test]
+fn the_clock_offset_to_a_store_on_this_host_is_within_half_a_round_trip() {
+    within(LIMIT, || {
+        let (_server, addr) = server();
+        let mut c = client(&addr);
+        let o = c.clock_offset(5).unwrap();
+        // One clock on both sides: the store read it between the sample's
+        // send and its answer, so the midpoint misses by at most half the
+        // round trip (and a nanosecond of rounding).
+        assert!(o.rtt_ns > 0 && o.rtt_ns < 1_000_000_000, "{o:?}");
+        assert!(o.offset_ns.unsigned_abs() <= o.rtt_ns / 2 + 1, "{o:?}");
+    });
+}
+
+#[test]
 fn a_get_blocks_until_another_client_sets_the_key() {
     within(LIMIT, || {
         let (_server, addr) = server();

@@ -143,6 +143,17 @@ impl fmt::Debug for StoreClient {
     }
 }
 
+/// A process's wall clock against its store's
+/// ([`StoreClient::clock_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClockOffset {
+    /// The store's clock minus this process's, in nanoseconds.
+    pub offset_ns: i64,
+    /// The round trip the estimate came from: the offset is right within
+    /// half of it.
+    pub rtt_ns: u64,
+}
+
 impl StoreClient {
     /// Connects to the store at `addr` (`host:port`) and completes the
     /// handshake.
@@ -251,6 +262,33 @@ impl StoreClient {
             Response::Bool(b) => Ok(b),
             r => Err(r),
         })
+    }
+
+    /// This process's wall clock against the store's: `samples` round
+    /// trips (at least one), keeping the one that took least, whose
+    /// midpoint is compared with the time the store read. Add
+    /// [`ClockOffset::offset_ns`] to a wall-clock time of this process to
+    /// get the store's time for it, within [`ClockOffset::rtt_ns`] / 2.
+    /// Ranks of several hosts measured against one store line up on one
+    /// timeline.
+    pub fn clock_offset(&mut self, samples: usize) -> Result<ClockOffset> {
+        let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let mut best: Option<ClockOffset> = None;
+        for _ in 0..samples.max(1) {
+            let sent = wall();
+            let store = self.call(Request::Clock { received_ns: 0 }, None, |r| match r {
+                Response::Count(n) => Ok(n),
+                r => Err(r),
+            })?;
+            let back = wall();
+            let rtt_ns = back.saturating_sub(sent) as u64;
+            let mid = (sent + back) / 2;
+            let offset_ns = (i128::from(store) - mid as i128).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            if best.is_none_or(|b| rtt_ns < b.rtt_ns) {
+                best = Some(ClockOffset { offset_ns, rtt_ns });
+            }
+        }
+        Ok(best.expect("at least one sample"))
     }
 
     /// How many keys are set.

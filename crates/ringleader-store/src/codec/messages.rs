@@ -151,6 +151,13 @@ pub(crate) enum Request {
         since: u64,
         timeout: Duration,
     },
+    /// The store's wall clock, for a client measuring its clock's offset.
+    /// Empty on the wire: the server's connection task stamps
+    /// `received_ns` (nanoseconds since the Unix epoch) as the request
+    /// arrives, so the state machine answers it without reading a clock.
+    Clock {
+        received_ns: u64,
+    },
 }
 
 /// The answer to one [`Request`].
@@ -450,6 +457,7 @@ impl Request {
             Request::AbortJob { .. } => "abort_job",
             Request::Status { .. } => "status",
             Request::Changes { .. } => "changes",
+            Request::Clock { .. } => "clock",
         }
     }
 
@@ -508,6 +516,7 @@ impl Request {
                 e.u64(*since)?;
                 e.duration(*timeout)
             }),
+            Request::Clock { .. } => tagged(e, 19, |_| Ok(())),
         }
     }
 
@@ -537,6 +546,7 @@ impl Request {
                 timeout: d.duration("timeout")?,
             },
             18 => Request::Changes { since: d.u64("generation")?, timeout: d.duration("timeout")? },
+            19 => Request::Clock { received_ns: 0 },
             tag => return Err(CodecError::UnknownTag { what: "request", tag }),
         })
     }

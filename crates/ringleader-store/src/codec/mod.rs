@@ -25,8 +25,8 @@ use wire::{Dec, Enc};
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"RLST");
 /// Bumped whenever an encoding changes incompatibly (2: the challenge no
 /// longer carries the store's run id; the `busy` refusal; 3: the `changes`
-/// long-poll).
-pub(crate) const PROTOCOL_VERSION: u16 = 3;
+/// long-poll; 4: the `clock` request).
+pub(crate) const PROTOCOL_VERSION: u16 = 4;
 /// Largest payload of one frame.
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 /// Largest key (and key prefix).

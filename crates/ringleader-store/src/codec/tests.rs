@@ -39,6 +39,8 @@ fn requests() -> Vec<Request> {
         Request::Check { keys: keys.clone() },
         Request::Delete { key: "k".into() },
         Request::NumKeys,
+        // Empty on the wire: the server stamps it.
+        Request::Clock { received_ns: 0 },
         Request::MultiGet { keys: vec![], timeout: Duration::ZERO },
         Request::MultiSet { pairs: vec![("a".into(), vec![1, 2]), ("b".into(), vec![])] },
         Request::Append { key: "log".into(), value: b"line\n".to_vec() },
@@ -151,7 +153,7 @@ fn kinds<T>(items: &[T]) -> usize {
 
 #[test]
 fn samples_cover_every_variant() {
-    assert_eq!(kinds(&requests()), 18);
+    assert_eq!(kinds(&requests()), 19);
     assert_eq!(kinds(&responses()), 12);
     assert_eq!(kinds(&wire_errors()), 7);
 }

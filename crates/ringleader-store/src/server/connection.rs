@@ -14,7 +14,7 @@
 //! sends a refusal when the time is up, which ends this task.
 
 use super::event::Event;
-use crate::codec::{self, ClientMsg, Response, ServerMsg, WireError};
+use crate::codec::{self, ClientMsg, Request, Response, ServerMsg, WireError};
 use crate::state::{weight, ConnId};
 use bytes::{Buf, BytesMut};
 use std::net::SocketAddr;
@@ -230,8 +230,12 @@ impl Connection<'_> {
                 }
                 Ok(Some(Event::Hello { conn, hello }))
             }
-            (ClientMsg::Request { id, req }, true) => {
+            (ClientMsg::Request { id, mut req }, true) => {
                 self.traffic.requests.fetch_add(1, Ordering::Relaxed);
+                if let Request::Clock { received_ns } = &mut req {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                    *received_ns = now.map_or(0, |d| d.as_nanos() as u64);
+                }
                 Ok(Some(Event::Request { conn, id, req, input: self.room.take() }))
             }
             (msg, _) => Err(End::Failed(format!("unexpected {msg:?}"))),

@@ -47,6 +47,7 @@ impl Cx<'_> {
             Request::Check { keys } => Response::Bool(keys.iter().all(|k| self.run.data.contains_key(k))),
             Request::Delete { key } => Response::Bool(self.delete(&key)),
             Request::NumKeys => Response::Count(self.run.data.len() as u64),
+            Request::Clock { received_ns } => Response::Count(received_ns),
             Request::MultiGet { keys, timeout } => return self.wait_keys(conn, id, WaitKind::MultiGet, keys, timeout),
             Request::MultiSet { pairs } => self.set(conn, pairs, out),
             Request::Append { key, value } => self.append(conn, key, value, out),

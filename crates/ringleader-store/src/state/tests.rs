@@ -242,6 +242,8 @@ fn keys_check_delete_and_prefixes() {
         h.ask(c, set(k, b""), 0);
     }
     assert_eq!(h.ask(c, Request::NumKeys, 0), Response::Count(4));
+    // The clock's answer is the time its connection stamped on it.
+    assert_eq!(h.ask(c, Request::Clock { received_ns: 1_700_000_000_123 }, 0), Response::Count(1_700_000_000_123));
     let prefixed = h.ask(c, Request::KeysWithPrefix { prefix: "rank/".into() }, 0);
     assert_eq!(prefixed, Response::Keys(strings(&["rank/0", "rank/1"])));
     assert_eq!(h.ask(c, Request::Check { keys: strings(&["rank/0", "other"]) }, 0), Response::Bool(true));
