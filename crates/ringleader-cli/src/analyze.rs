@@ -405,6 +405,7 @@ fn straggler_stats(latest: &[&Dump], group: Option<&Group>) -> Vec<RankStats> {
         .map(|d| {
             let rank = ringleader_core::group::global(group, d.snap.rank);
             Arrivals::from_entries(rank, &d.snap.entries, straggler::WINDOW)
+                .map(|a| a.on_store_clock(d.snap.clock_offset_ns))
         })
         .collect();
     match arrivals {

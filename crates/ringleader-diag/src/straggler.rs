@@ -10,9 +10,10 @@
 //! of chance and the lags are scheduling noise.
 //!
 //! Arrival times are wall clocks (ns since the Unix epoch) read on each
-//! rank's host: on one host they compare exactly; across hosts they compare
-//! as well as the hosts' clocks agree (NTP keeps them within a millisecond
-//! or so, well below the lags worth reporting).
+//! rank's host, put on the store's clock by the offset each rank measured
+//! at init ([`Arrivals::on_store_clock`]): on one host they compare
+//! exactly; across hosts within half a round trip to the store, whatever
+//! the hosts' own clocks say.
 //!
 //! Pure: the monitor (live warnings), `ringleader status` (what ranks
 //! published in the store) and `ringleader analyze` (dumps) feed it.
@@ -66,6 +67,13 @@ impl Arrivals {
             base_ns,
             offsets_us: run.iter().map(|&(_, t)| t.saturating_sub(base_ns) / 1000).collect(),
         })
+    }
+
+    /// The same arrivals on the store's clock: `offset_ns` is the store's
+    /// wall clock minus this rank's (`None`: unknown, left as they are).
+    pub fn on_store_clock(mut self, offset_ns: Option<i64>) -> Arrivals {
+        self.base_ns = self.base_ns.saturating_add_signed(offset_ns.unwrap_or(0));
+        self
     }
 
     /// The arrival at collective `seq`, if listed.
@@ -216,6 +224,22 @@ mod tests {
         assert!(!s[0].is_straggler() && !s[2].is_straggler());
         let w = warning(&s).unwrap();
         assert!(w.contains("rank 1 arrived last in 100% of the last 200 collectives, median lag 50.0 ms"), "{w}");
+    }
+
+    #[test]
+    fn a_host_clock_ahead_makes_no_straggler_on_the_stores_clock() {
+        // Rank 1 is on time, but its host's clock runs 80 ms ahead: on its
+        // own clock it looks late every step, on the store's it is not.
+        let ahead = |r| {
+            let mut a = steps(r, 1, 200, |i| i % 5);
+            a.base_ns += 80_000_000;
+            a
+        };
+        let raw = [steps(0, 1, 200, |i| (i + 2) % 5), ahead(1)];
+        assert!(stats(&raw, WINDOW)[1].is_straggler(), "the skew alone looks like a straggler");
+        let aligned =
+            [steps(0, 1, 200, |i| (i + 2) % 5).on_store_clock(Some(0)), ahead(1).on_store_clock(Some(-80_000_000))];
+        assert_eq!(warning(&stats(&aligned, WINDOW)), None);
     }
 
     #[test]
