@@ -22,6 +22,7 @@
 #![allow(unsafe_code)]
 
 mod elf;
+mod lines;
 mod native;
 
 use parking_lot::Mutex;

@@ -406,6 +406,7 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
 #[derive(Default)]
 struct Namer {
     objects: HashMap<String, Option<Symbols>>,
+    lines: super::lines::Lines,
 }
 
 impl Namer {
@@ -436,15 +437,21 @@ impl Namer {
         if found && !path.is_empty() {
             object = Some(path.clone());
         }
-        let own =
-            match self.objects.entry(path.clone()).or_insert_with(|| found.then(|| Symbols::load(&path)).flatten()) {
-                Some(s) => {
-                    let addr = if s.relative { at.wrapping_sub(base) } else { at };
-                    s.lookup(addr as u64).map(str::to_string)
-                }
-                None => None,
-            };
+        let symbols = self.objects.entry(path.clone()).or_insert_with(|| found.then(|| Symbols::load(&path)).flatten());
+        // Addresses as the object numbers them (relative to its load base
+        // unless it is a fixed-address executable).
+        let probe = match symbols {
+            Some(s) if !s.relative => at,
+            _ => at.wrapping_sub(base),
+        } as u64;
+        let own = symbols.as_ref().and_then(|s| s.lookup(probe)).map(str::to_string);
         let function = own.or(exported).map_or_else(|| "??".to_string(), |s| demangle(&s));
-        Frame { function, file: object, line: None, text: None, ip: Some(ip as u64) }
+        let line = if found && !path.is_empty() { self.lines.find(&path, probe) } else { None };
+        match line {
+            Some(l) => {
+                Frame { function, file: Some(l.file), line: Some(l.line), text: l.text, ip: Some(ip as u64), object }
+            }
+            None => Frame { function, file: object, line: None, text: None, ip: Some(ip as u64), object: None },
+        }
     }
 }

@@ -27,17 +27,22 @@ pub struct Frame {
     /// The function (`load_batch`; a demangled symbol for native frames;
     /// `??` when unknown).
     pub function: String,
-    /// The source file (Python frames) or the object the code lives in
-    /// (native frames: `/usr/lib/x86_64-linux-gnu/libc.so.6`).
+    /// The source file (Python frames, and native frames of objects built
+    /// with line tables), else the object the code lives in (native
+    /// frames: `/usr/lib/x86_64-linux-gnu/libc.so.6`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
-    /// The line (Python frames).
+    /// The line (Python frames; native frames with line tables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     /// The source line's text, trimmed (Python frames, when the file could
     /// be read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The object the code lives in, for a native frame whose `file` is
+    /// its source file (the object had line tables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// The instruction pointer (native frames).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<u64>,
@@ -222,6 +227,7 @@ fn parse_frame_line(line: &str) -> Option<Frame> {
         line: num.trim().parse().ok(),
         text: None,
         ip: None,
+        object: None,
     })
 }
 
@@ -233,7 +239,7 @@ fn parse_frame_line(line: &str) -> Option<Frame> {
 ///
 /// ```
 /// use ringleader_diag::stacks::{innermost_user, python_internal, Frame, ThreadStack};
-/// let f = |file: &str, line| Frame { function: "f".into(), file: Some(file.into()), line: Some(line), text: None, ip: None };
+/// let f = |file: &str, line| Frame { function: "f".into(), file: Some(file.into()), line: Some(line), text: None, ip: None, object: None };
 /// let t = ThreadStack { id: "1".into(), name: None, state: None, main: true, note: None,
 ///     frames: vec![f("/lib/ringleader/__init__.py", 9), f("train.py", 24)] };
 /// let internal = ["/lib/ringleader/".to_string()];
@@ -289,7 +295,10 @@ pub fn native_internal(f: &Frame) -> bool {
     let mangled = f.function.starts_with("_R") || f.function.starts_with("_ZN");
     mangled
         || NATIVE_INTERNAL_FUNCTIONS.iter().any(|p| f.function.starts_with(p))
-        || f.file.as_deref().is_some_and(|o| NATIVE_SYSTEM_DIRS.iter().any(|d| o.starts_with(d)))
+        || f.object
+            .as_deref()
+            .or(f.file.as_deref())
+            .is_some_and(|o| NATIVE_SYSTEM_DIRS.iter().any(|d| o.starts_with(d)))
 }
 
 /// Line `line` (1-based) of `source`, trimmed and cut to [`MAX_TEXT`]
@@ -585,6 +594,7 @@ Thread 0x00007f3a00000001 (most recent call first):
             line: None,
             text: None,
             ip: Some(1),
+            object: None,
         };
         let t = ThreadStack {
             id: "7".into(),
@@ -639,7 +649,14 @@ Thread 0x00007f3a00000001 (most recent call first):
 
     #[test]
     fn compact_keeps_the_main_thread_cut_short() {
-        let fr = Frame { function: "f".into(), file: Some("a.py".into()), line: Some(1), text: None, ip: None };
+        let fr = Frame {
+            function: "f".into(),
+            file: Some("a.py".into()),
+            line: Some(1),
+            text: None,
+            ip: None,
+            object: None,
+        };
         let t = |main| ThreadStack {
             id: "1".into(),
             name: None,
