@@ -43,7 +43,7 @@ impl ArrivalWatch {
         let Some(mine) = Arrivals::from_entries(sh.cfg.global_rank(), &sh.fr.entries(), straggler::WINDOW) else {
             return;
         };
-        let mine = mine.on_store_clock(sh.clock.map(|c| c.offset_ns));
+        let mine = mine.on_store_clock(sh.clock.get().map(|c| c.offset_ns));
         if store.set(&keys::arrivals(sh.rank), &serde_json::to_vec(&mine).unwrap_or_default()).is_err() || sh.rank != 0
         {
             return;

@@ -214,10 +214,6 @@ impl Communicator {
             peers: joined.peers,
         });
         shared.plane = plane_name;
-        // A few round trips to the store, once: what a timeline of several
-        // hosts needs to line their clocks up. Optional: a store too old to
-        // answer has already been refused at its hello.
-        shared.clock = shared.store.lock().clock_offset(4).ok();
         let shared = Arc::new(shared);
         let engine_shared = shared.clone();
         let engine = std::thread::Builder::new()

@@ -147,9 +147,9 @@ pub(crate) struct Shared {
     pub user_aborted: AtomicBool,
     /// What the data plane is made of (`tcp`, `shm`, `shm+tcp`).
     pub plane: &'static str,
-    /// This process's wall clock against the store's, measured at init,
-    /// so that timelines of several hosts line up.
-    pub clock: Option<ringleader_store::ClockOffset>,
+    /// This process's wall clock against the store's, measured by the
+    /// monitor as it starts, so that timelines of several hosts line up.
+    pub clock: std::sync::OnceLock<ringleader_store::ClockOffset>,
     /// Sends and receives, on their own lane.
     pub p2p: crate::p2p::P2p,
     /// Same-host peers whose process was seen ending (through a pidfd), for
@@ -242,7 +242,7 @@ impl Shared {
             inflight_cv: Condvar::new(),
             user_aborted: AtomicBool::new(false),
             plane: "tcp",
-            clock: None,
+            clock: std::sync::OnceLock::new(),
             p2p,
             ended: Mutex::new(Vec::new()),
             stacks: Mutex::new(None),
@@ -578,8 +578,8 @@ impl Shared {
         s.observation = observation;
         s.destroyed = self.destroyed.load(Ordering::Relaxed);
         s.library_version = self.cfg.advertised_version.clone();
-        s.clock_offset_ns = self.clock.map(|c| c.offset_ns);
-        s.clock_rtt_ns = self.clock.map(|c| c.rtt_ns);
+        s.clock_offset_ns = self.clock.get().map(|c| c.offset_ns);
+        s.clock_rtt_ns = self.clock.get().map(|c| c.rtt_ns);
         s
     }
 }

@@ -167,6 +167,15 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
 
 impl Monitor {
     fn run(mut self) {
+        // A few round trips to the store, once, off the init path (a
+        // 16,000-rank job would otherwise queue 64,000 of them at the store
+        // before its first collective): what lines up the timelines of
+        // several hosts.
+        if let Some(store) = self.store.as_mut() {
+            if let Ok(c) = store.clock_offset(4) {
+                let _ = self.shared.clock.set(c);
+            }
+        }
         while !self.stop.stopped() {
             if self.store.is_some() {
                 self.heartbeat();

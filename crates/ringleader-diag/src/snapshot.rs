@@ -259,7 +259,7 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Stacks>,
     /// The store's wall clock minus this rank's, in nanoseconds, measured
-    /// at init: adding it puts this rank's times on the store's clock, the
+    /// as the rank starts: adding it puts this rank's times on the store's clock, the
     /// one timeline every rank of every host shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_offset_ns: Option<i64>,

@@ -11,7 +11,7 @@
 //!
 //! Arrival times are wall clocks (ns since the Unix epoch) read on each
 //! rank's host, put on the store's clock by the offset each rank measured
-//! at init ([`Arrivals::on_store_clock`]): on one host they compare
+//! as it started ([`Arrivals::on_store_clock`]): on one host they compare
 //! exactly; across hosts within half a round trip to the store, whatever
 //! the hosts' own clocks say.
 //!

@@ -9,7 +9,7 @@
 //! `... FAILED`, carries the error, and an instant event sits at its end.
 //!
 //! Times are on the store's clock: each rank measured its wall clock's
-//! offset to the store's at init ([`Snapshot::clock_offset_ns`], within
+//! offset to the store's as it started ([`Snapshot::clock_offset_ns`], within
 //! half a round trip to the store), and its times are shifted by it, so
 //! ranks of different hosts line up even where the hosts' clocks disagree.
 //! A snapshot without an offset (an older dump) keeps its own clock. Times
