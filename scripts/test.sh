@@ -30,7 +30,11 @@ cargo clippy -p ringleader-ffi --no-default-features --all-targets --release -q 
 cargo clippy --workspace --all-targets --release -q --features cuda,rdma -- -D warnings
 
 echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q --features cuda,rdma
+# The library and the CLI's binary are both named `ringleader`, so their docs
+# share target/doc/ringleader: they are documented one after the other, as
+# cargo, building both at once, races removing that folder.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude ringleader-cli --no-deps -q --features cuda,rdma
+RUSTDOCFLAGS="-D warnings" cargo doc -p ringleader-cli --no-deps -q --features cuda,rdma
 
 echo "== cargo test"
 # The C ABI tests link the C examples against libringleader.so, which
