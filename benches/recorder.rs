@@ -16,7 +16,11 @@ use std::time::{Instant, SystemTime};
 
 fn recorder(c: &mut Criterion) {
     let mut g = c.benchmark_group("flight_recorder");
-    for (name, capacity) in [("record_started+completed/2000", 2000), ("record_started+completed/off", 0)] {
+    for (name, capacity) in [
+        ("record_started+completed/2000", 2000),
+        ("record_started+completed/16", 16),
+        ("record_started+completed/off", 0),
+    ] {
         let fr = FlightRecorder::new(capacity, 600_000);
         let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
         let mut seq = 0;
@@ -48,4 +52,27 @@ fn recorder(c: &mut Criterion) {
 }
 
 criterion_group!(benches, recorder);
-criterion_main!(benches);
+criterion_main!(benches, more);
+
+fn parts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("parts");
+    for (name, capacity) in [("record_started/2000", 2000), ("record_started/off", 0)] {
+        let fr = FlightRecorder::new(capacity, 600_000);
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+        let mut seq = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                seq += 1;
+                black_box(fr.record_started(black_box(fp), seq, 0));
+            })
+        });
+    }
+    for (name, capacity) in [("completed/2000", 2000), ("completed/off", 0)] {
+        let fr = FlightRecorder::new(capacity, 600_000);
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+        let id = fr.record_started(fp, 1, 0);
+        g.bench_function(name, |b| b.iter(|| fr.completed_seq(black_box(id), 1)));
+    }
+    g.finish();
+}
+criterion_group!(more, parts);

@@ -9,11 +9,24 @@ scheduler hiccup; the spread between runs is printed too, because at 1 us a
 difference of a few percent is a few tens of nanoseconds.
 
     scripts/overhead.py [--repeats 21] [--transports shm tcp]
+
+At 8 bytes the difference is a few percent of a microsecond, and separate
+launches differ by more than that (which cores the ranks land on, the host's
+other tenants). `--paired` measures inside each launch instead: the example
+`recorder_overhead` opens two communicators over the same ranks, one as
+configured and one with the recorder and checks off, and times alternating
+blocks of calls on each; the launches alternate which communicator is made
+first, and a control (nothing turned off in the second) shows what is left
+of that difference. It prints the median of the per-block ratios with a
+bootstrap 95% interval.
+
+    scripts/overhead.py --paired [--launches 10] [--transports shm]
 """
 
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -31,14 +44,54 @@ def run(binary, transport, nbytes, iters, env, out):
     subprocess.run(cmd, env=dict(os.environ, **env), stdout=subprocess.DEVNULL, check=True, timeout=150)
 
 
+# (bytes, calls per block, blocks per launch) of the paired runs
+PAIRED_SIZES = [(8, 500, 200), (1 << 20, 20, 60)]
+
+
+def paired(args):
+    example = os.path.join(REPO, "target", "release", "examples", "recorder_overhead")
+    if not os.access(example, os.X_OK):
+        sys.exit(f"no example at {example}: cargo build --release -p ringleader --example recorder_overhead")
+    print(f"# all_reduce, 2 ranks, {args.launches} launches each; per-block time on / off within one launch, "
+          "median and bootstrap 95% interval; `none` is the control (nothing off)")
+    print(f"{'transport':<10}{'bytes':>9}{'off':>9}{'blocks':>8}{'on us':>9}{'off us':>9}{'on/off':>9}{'95% interval':>18}")
+    for t in args.transports:
+        env = dict(os.environ, RINGLEADER_TRANSPORT=t)
+        for nbytes, calls, blocks in PAIRED_SIZES:
+            runs = {"both": ([], []), "none": ([], [])}
+            for i in range(args.launches):
+                order = "on-first" if i % 2 == 0 else "off-first"
+                for what in runs:
+                    cmd = [args.ringleader, "launch", "--nproc-per-node", "2", "--", example, str(nbytes), str(calls),
+                           str(blocks), what, order]
+                    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300).stdout
+                    line = next(x for x in out.splitlines() if "on_us" in x)
+                    d = json.loads(line[line.index("{"):])
+                    print(f"# {t} {nbytes} {what} {order}: {json.dumps(d)}", file=sys.stderr, flush=True)
+                    runs[what][0].extend(d["on_us"])
+                    runs[what][1].extend(d["off_us"])
+            for what, (on, off) in runs.items():
+                ratios = [a / b for a, b in zip(on, off)]
+                rnd = random.Random(0)
+                boots = sorted(statistics.median(rnd.choices(ratios, k=len(ratios))) for _ in range(2000))
+                lo, hi = boots[50], boots[1949]
+                print(f"{t:<10}{nbytes:>9}{what:>9}{len(ratios):>8}{statistics.median(on):>9.3f}"
+                      f"{statistics.median(off):>9.3f}{100 * (statistics.median(ratios) - 1):>+8.1f}%"
+                      f"{100 * (lo - 1):>+8.1f}%..{100 * (hi - 1):+.1f}%")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ringleader", default=os.path.join(REPO, "target", "release", "ringleader"))
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--transports", nargs="+", default=["shm", "tcp"])
+    ap.add_argument("--paired", action="store_true", help="measure inside each launch (see above)")
+    ap.add_argument("--launches", type=int, default=10, help="with --paired: launches per size and mode")
     args = ap.parse_args()
     if not os.access(args.ringleader, os.X_OK):
         sys.exit(f"no ringleader binary at {args.ringleader}: cargo build --release -p ringleader-cli")
+    if args.paired:
+        return paired(args)
     with tempfile.TemporaryDirectory(prefix="rl-overhead-") as tmp:
         files = {}
         for rep in range(args.repeats):

@@ -31,7 +31,12 @@ impl ArrivalWatch {
     /// rank 0 compares everyone's; store errors are left to the heartbeat,
     /// which notices a lost store.
     pub(crate) fn tick(&mut self, sh: &Shared, store: &mut StoreClient) {
-        if self.last_round.is_some_and(|t| t.elapsed() < EVERY) {
+        // The first round comes one period after the monitor starts: there
+        // is no window of arrivals to compare before that, and a job's
+        // first collectives (a short benchmark's timed loop, say) are not
+        // interrupted by reading the whole flight record.
+        let last = *self.last_round.get_or_insert_with(Instant::now);
+        if last.elapsed() < EVERY {
             return;
         }
         self.last_round = Some(Instant::now());

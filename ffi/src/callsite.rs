@@ -7,12 +7,12 @@
 //! a loop sets the tag once, not once per call.
 
 use crate::error::{guard, invalid, RL_OK};
-use rl::{callsite, CallSite};
+use rl::callsite::{self, CallSite, Tag};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
 
 thread_local! {
-    static SITE: Cell<Option<&'static str>> = const { Cell::new(None) };
+    static SITE: Cell<Option<Tag>> = const { Cell::new(None) };
 }
 
 /// The call site set on this thread, for the operation being started.

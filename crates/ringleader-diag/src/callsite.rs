@@ -5,11 +5,12 @@
 //! nanoseconds), so a [`CallSite`] is a pointer, never an allocation: Rust
 //! callers pass their `#[track_caller]` [`Location`], which the compiler
 //! keeps in static memory; language bindings (C, Python) pass a text tag
-//! that is [`intern`]ed once per distinct text and then referred to by its
-//! `&'static str`. Text is formed only when someone reads the recorder.
+//! that is [`intern`]ed once per distinct text and then referred to by a
+//! [`Tag`]. Both are one thin pointer, so the recorder stores a call site
+//! in one atomic word. Text is formed only when someone reads the recorder.
 
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::panic::Location;
 
@@ -20,7 +21,44 @@ pub enum CallSite {
     Rust(&'static Location<'static>),
     /// A tag given by a binding or a C caller (`train.py:24 in step`),
     /// interned with [`intern`].
-    Tag(&'static str),
+    Tag(Tag),
+}
+
+/// An interned call-site text: a thin pointer to text kept for the life of
+/// the process, compared by address (one text, one [`Tag`]).
+#[derive(Clone, Copy)]
+pub struct Tag(&'static TagText);
+
+/// The text behind a [`Tag`]: sized, so that a tag is a thin pointer.
+pub(crate) struct TagText(String);
+
+impl Tag {
+    /// The text.
+    pub fn as_str(self) -> &'static str {
+        &self.0 .0
+    }
+
+    pub(crate) fn text(self) -> &'static TagText {
+        self.0
+    }
+
+    pub(crate) fn from_text(t: &'static TagText) -> Tag {
+        Tag(t)
+    }
+}
+
+impl PartialEq for Tag {
+    fn eq(&self, other: &Tag) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for Tag {}
+
+impl fmt::Debug for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 impl fmt::Display for CallSite {
@@ -28,7 +66,7 @@ impl fmt::Display for CallSite {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallSite::Rust(l) => write!(f, "{}:{}", l.file(), l.line()),
-            CallSite::Tag(t) => f.write_str(t),
+            CallSite::Tag(t) => f.write_str(t.as_str()),
         }
     }
 }
@@ -42,7 +80,7 @@ pub const MAX_TAG_LEN: usize = 256;
 /// What tags beyond [`MAX_TAGS`] become.
 pub const TOO_MANY: &str = "(call site not kept: too many distinct tags)";
 
-static TAGS: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+static TAGS: Mutex<Option<HashMap<&'static str, Tag>>> = Mutex::new(None);
 
 /// The interned copy of `tag` (cut to [`MAX_TAG_LEN`] bytes at a character
 /// boundary), allocated once per distinct text for the life of the process;
@@ -51,24 +89,31 @@ static TAGS: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
 /// ```
 /// use ringleader_diag::callsite::intern;
 /// let a = intern("train.py:24 in step");
-/// assert!(std::ptr::eq(a, intern("train.py:24 in step")));
+/// assert_eq!(a, intern("train.py:24 in step"));
+/// assert_eq!(a.as_str(), "train.py:24 in step");
 /// ```
-pub fn intern(tag: &str) -> &'static str {
+pub fn intern(tag: &str) -> Tag {
     let mut end = tag.len().min(MAX_TAG_LEN);
     while !tag.is_char_boundary(end) {
         end -= 1;
     }
     let tag = &tag[..end];
     let mut tags = TAGS.lock();
-    let set = tags.get_or_insert_with(HashSet::new);
-    if let Some(t) = set.get(tag) {
+    let map = tags.get_or_insert_with(HashMap::new);
+    if let Some(&t) = map.get(tag) {
         return t;
     }
-    if set.len() >= MAX_TAGS {
-        return TOO_MANY;
+    let (text, over) = match map.len() >= MAX_TAGS {
+        true => (TOO_MANY, true),
+        false => (tag, false),
+    };
+    if over {
+        if let Some(&t) = map.get(TOO_MANY) {
+            return t;
+        }
     }
-    let t: &'static str = Box::leak(tag.to_string().into_boxed_str());
-    set.insert(t);
+    let t = Tag(Box::leak(Box::new(TagText(text.to_string()))));
+    map.insert(t.as_str(), t);
     t
 }
 
@@ -90,7 +135,7 @@ mod tests {
     #[test]
     fn tags_are_cut_at_a_character_boundary() {
         let long = "é".repeat(MAX_TAG_LEN);
-        let t = intern(&long);
+        let t = intern(&long).as_str();
         assert!(t.len() <= MAX_TAG_LEN && t.chars().all(|c| c == 'é'), "{t}");
         assert_eq!(CallSite::Tag(intern("x.py:1 in f")).to_string(), "x.py:1 in f");
     }

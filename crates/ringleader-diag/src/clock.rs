@@ -44,7 +44,7 @@ fn origin() -> &'static Origin {
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
-#[allow(unsafe_code)] // the crate's only unsafe: one side-effect-free instruction
+#[allow(unsafe_code)] // one side-effect-free instruction
 fn rdtsc() -> u64 {
     // SAFETY: RDTSC exists on every x86-64 CPU, reads a counter and has no
     // side effects (the intrinsic is `unsafe` only by convention).

@@ -1,18 +1,35 @@
 //! The flight recorder: the last N operations of a communicator, always on.
 //!
-//! A fixed ring of entries that overwrites the oldest, as crossbeam's
-//! bounded queue can: recording never allocates after start-up and never
-//! waits for a reader for longer than one entry copy. The progress of the
-//! operation in flight (what the watchdog and the heartbeat read every
-//! second) sits in atomics beside the ring, so reading it takes no lock and
-//! works with the ring turned off (`RINGLEADER_FR_SIZE=0`).
+//! A fixed ring of entries that overwrites the oldest. Recording sits on
+//! the path of every collective, which over shared memory takes well under
+//! a microsecond, so it takes no lock and no atomic read-modify-write beyond
+//! the one that numbers the record: each slot is a seqlock (a version that
+//! is odd while its writer fills the slot, the fields as relaxed atomic
+//! words), written by the one thread that records the operation and then by
+//! the one that runs it, and read by whoever dumps the recorder, who retries
+//! a slot that changed under it. Failures, which are rare and carry text,
+//! go to a small side table under a lock.
+//!
+//! The progress of the operation in flight (what the watchdog and the
+//! heartbeat read every second) sits in atomics beside the ring, so reading
+//! it takes no lock and works with the ring turned off
+//! (`RINGLEADER_FR_SIZE=0`).
+//!
+//! One limit, accepted for the speed: an operation still in flight after the
+//! ring has wrapped past it (more than `RINGLEADER_FR_SIZE` later operations
+//! recorded meanwhile) has lost its slot; its late "started" or "completed"
+//! is dropped, and in the nanoseconds between checking that the slot is
+//! still its own and writing, it could land in the newer record (whose
+//! stamps a reader then finds out of order and drops).
 
-use crate::callsite::CallSite;
+use crate::callsite::{CallSite, Tag, TagText};
 use crate::clock;
 use parking_lot::Mutex;
 use ringleader_core::{Fingerprint, OpKind, Rank};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::panic::Location;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lifecycle of one recorded operation.
@@ -119,59 +136,215 @@ pub struct Progress {
 /// ```
 #[derive(Debug)]
 pub struct FlightRecorder {
-    ring: Mutex<Ring>,
+    /// A power of two of slots (at least the capacity asked for), so that
+    /// finding an id's slot is a mask, not a division.
+    slots: Box<[Slot]>,
+    /// How many entries a reader gets: the capacity asked for.
     capacity: usize,
+    next_id: AtomicU64,
+    /// Why recent operations failed, by record id (at most [`FAILURES_KEPT`]).
+    failures: Mutex<VecDeque<(u64, Failure)>>,
     timeout_ms: u64,
     progress: Progress,
 }
 
-#[derive(Debug)]
-struct Ring {
-    slots: Vec<Slot>,
-    next_id: u64,
+/// Failures whose text is kept (older ones still show as failed, without
+/// the text).
+const FAILURES_KEPT: usize = 64;
+
+/// How a failed operation ended: the error and the peers it still awaited.
+#[derive(Debug, Clone)]
+struct Failure {
+    error: String,
+    awaited: Vec<Rank>,
 }
 
-/// What the ring keeps per operation: fixed-size, so recording one
-/// allocates nothing. [`Entry`] (with its strings and lists, for dumps) is
-/// built from it when someone reads the recorder.
-#[derive(Debug, Clone)]
+/// One operation in the ring: words only, so that recording allocates
+/// nothing and a reader never sees a half-written value of one field; one
+/// cache line, so that recording an operation costs one line's worth of
+/// memory traffic (a ring larger than the caches costs a miss per line on
+/// the collective's path, and the next atomic instruction waits for it).
+/// [`Entry`] (with its strings and lists, for dumps) is built from it when
+/// someone reads the recorder.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Slot {
-    record_id: u64,
-    seq: u64,
-    p2p_seq: u64,
-    fp: Fingerprint,
-    state: State,
+    /// Seqlock version and record id in one word: `2 * (id + 1)` once the
+    /// record is written, odd while it is being written, 0 never used.
+    version: AtomicU64,
+    /// The collective sequence number, or the send/recv one for those.
+    seq: AtomicU64,
+    /// [`Fingerprint::encode`], as two words.
+    fp: [AtomicU64; 2],
     /// [`clock`] stamps; 0: not yet.
+    created: AtomicU64,
+    started: AtomicU64,
+    /// When it ended, with [`FAILED`] set if it failed (0: not yet): set
+    /// outside the seqlock, by the thread that ran it, in one store.
+    done: AtomicU64,
+    /// The call site, packed by [`pack_site`] (0: none).
+    site: AtomicPtr<()>,
+}
+
+/// The bit of `done` that says the operation failed (stamps never reach it).
+const FAILED: u64 = 1 << 63;
+
+/// What a reader copies out of a slot.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    id: u64,
+    seq: u64,
+    fp: Fingerprint,
     created: u64,
     started: u64,
-    completed: u64,
-    /// Set only when the operation failed (allocating is fine then).
-    failure: Option<Box<(String, Vec<Rank>)>>,
+    done: u64,
+    failed: bool,
     site: Option<CallSite>,
 }
 
+/// A call site as one word: the address of its `Location` or of its
+/// interned text, the low bit telling which (both are 8-aligned).
+fn pack_site(site: Option<CallSite>) -> *mut () {
+    match site {
+        None => std::ptr::null_mut(),
+        Some(CallSite::Rust(l)) => (l as *const Location<'static>).cast_mut().cast(),
+        Some(CallSite::Tag(t)) => (t.text() as *const TagText).cast_mut().cast::<()>().map_addr(|a| a | 1),
+    }
+}
+
+#[allow(unsafe_code)]
+fn unpack_site(p: *mut ()) -> Option<CallSite> {
+    if p.is_null() {
+        return None;
+    }
+    if p.addr() & 1 == 0 {
+        // SAFETY: a slot's site word is only ever written by `pack_site`,
+        // in one atomic store, and an even non-null word is the address of
+        // a `&'static Location`.
+        return Some(CallSite::Rust(unsafe { &*p.cast::<Location<'static>>() }));
+    }
+    // SAFETY: as above; an odd word is the address of a leaked, never
+    // freed `TagText` with its low bit set.
+    let text = unsafe { &*p.map_addr(|a| a & !1).cast::<TagText>() };
+    Some(CallSite::Tag(Tag::from_text(text)))
+}
+
+/// Asks the CPU to bring `slot`'s line into the cache ahead of its write,
+/// off the critical path: a prefetch is a hint, which no fence or atomic
+/// instruction waits for, where a load would be.
+#[inline]
+#[allow(unsafe_code)]
+fn prefetch(slot: &Slot) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing into the program, cannot fault and
+    // has no effect but on the caches; SSE is part of x86-64.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((slot as *const Slot).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
 impl Slot {
-    fn entry(&self, timeout_ms: u64, clock: &clock::Reader) -> Entry {
+    /// Fills the slot with a new record. Only the thread that numbered the
+    /// record writes it, so plain stores bracket the fields.
+    fn write(&self, r: &Record) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let fp = r.fp.encode();
+        let word = |i: usize| u64::from_le_bytes(fp[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        self.seq.store(r.seq, Ordering::Relaxed);
+        self.fp[0].store(word(0), Ordering::Relaxed);
+        self.fp[1].store(word(1), Ordering::Relaxed);
+        self.created.store(r.created, Ordering::Relaxed);
+        self.started.store(r.started, Ordering::Relaxed);
+        self.done.store(0, Ordering::Relaxed);
+        self.site.store(pack_site(r.site), Ordering::Relaxed);
+        self.version.store(2 * (r.id + 1), Ordering::Release);
+    }
+
+    /// A consistent copy of the record, if the slot holds one and it held
+    /// still long enough to be read (a few tries).
+    fn read(&self) -> Option<Record> {
+        for _ in 0..64 {
+            let v1 = self.version.load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let seq = self.seq.load(Ordering::Relaxed);
+            let fp = [self.fp[0].load(Ordering::Relaxed), self.fp[1].load(Ordering::Relaxed)];
+            let created = self.created.load(Ordering::Relaxed);
+            let started = self.started.load(Ordering::Relaxed);
+            let site = self.site.load(Ordering::Relaxed);
+            let done = self.done.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if self.version.load(Ordering::Relaxed) != v1 {
+                continue;
+            }
+            if v1 == 0 {
+                return None;
+            }
+            let mut bytes = [0u8; Fingerprint::ENCODED_LEN];
+            bytes[..8].copy_from_slice(&fp[0].to_le_bytes());
+            bytes[8..].copy_from_slice(&fp[1].to_le_bytes());
+            // Stamps out of order came from an operation that lost this
+            // slot (see the module docs): unknown rather than wrong.
+            let started = if started >= created { started } else { 0 };
+            let ended = done != 0 && done & !FAILED >= started.max(created);
+            return Some(Record {
+                id: v1 / 2 - 1,
+                seq,
+                fp: Fingerprint::decode(&bytes)?,
+                created,
+                started,
+                done: if ended { done & !FAILED } else { 0 },
+                failed: ended && done & FAILED != 0,
+                site: unpack_site(site),
+            });
+        }
+        None
+    }
+
+    /// Whether the slot still holds record `id`.
+    fn holds(&self, id: u64) -> bool {
+        self.version.load(Ordering::Relaxed) == 2 * (id + 1)
+    }
+
+    fn finish(&self, id: u64, at: u64, failed: bool) {
+        if self.holds(id) {
+            self.done.store(at | if failed { FAILED } else { 0 }, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Record {
+    fn entry(&self, timeout_ms: u64, clock: &clock::Reader, failure: Option<&Failure>) -> Entry {
         let stamp = |t: u64| (t != 0).then(|| clock.wall_ns(t));
-        let (error, awaited) = match &self.failure {
-            Some(f) => (Some(f.0.clone()), f.1.clone()),
-            None => (None, Vec::new()),
+        let p2p = self.fp.op.is_p2p();
+        let state = match (self.failed, self.done, self.started) {
+            (true, _, _) => State::Failed,
+            (false, d, _) if d != 0 => State::Completed,
+            (false, _, s) if s != 0 => State::Started,
+            _ => State::Scheduled,
         };
         Entry {
-            record_id: self.record_id,
-            collective_seq_id: self.seq,
-            p2p_seq_id: self.p2p_seq,
+            record_id: self.id,
+            collective_seq_id: if p2p { 0 } else { self.seq },
+            p2p_seq_id: if p2p { self.seq } else { 0 },
             profiling_name: format!("ringleader:{}", self.fp.op),
             fingerprint: self.fp,
             input_sizes: vec![vec![self.fp.count]],
             input_dtypes: vec![self.fp.dtype.torch_name().to_string()],
-            state: self.state,
+            state,
             time_created_ns: clock.wall_ns(self.created),
             time_discovered_started_ns: stamp(self.started),
-            time_discovered_completed_ns: stamp(self.completed),
+            time_discovered_completed_ns: stamp(self.done),
             timeout_ms,
-            awaited_peers: awaited,
-            error,
+            awaited_peers: failure.map(|f| f.awaited.clone()).unwrap_or_default(),
+            error: failure.map(|f| f.error.clone()),
             call_site: self.site.map(|s| s.to_string()),
         }
     }
@@ -182,8 +355,13 @@ impl FlightRecorder {
     /// counters), stamping `timeout_ms` on each.
     pub fn new(capacity: usize, timeout_ms: u64) -> FlightRecorder {
         FlightRecorder {
-            ring: Mutex::new(Ring { slots: Vec::with_capacity(capacity), next_id: 0 }),
+            slots: match capacity {
+                0 => Box::default(),
+                n => (0..n.next_power_of_two()).map(|_| Slot::default()).collect(),
+            },
             capacity,
+            next_id: AtomicU64::new(0),
+            failures: Mutex::new(VecDeque::new()),
             timeout_ms,
             progress: Progress {
                 last_started: AtomicU64::new(0),
@@ -212,8 +390,8 @@ impl FlightRecorder {
 
     /// Records an operation that starts at once (a blocking call run on the
     /// caller's thread): [`record`](Self::record) and
-    /// [`started_seq`](Self::started_seq) in one step, under one lock and one
-    /// timestamp, which matters at sub-microsecond collectives.
+    /// [`started_seq`](Self::started_seq) in one step, under one timestamp,
+    /// which matters at sub-microsecond collectives.
     pub fn record_started(&self, fp: Fingerprint, seq: u64, p2p_seq: u64) -> u64 {
         self.record_started_at(fp, seq, p2p_seq, None)
     }
@@ -227,78 +405,52 @@ impl FlightRecorder {
         id
     }
 
+    /// Collectives of one communicator start and end one at a time (the
+    /// engine runs them in sequence order), so their counters only grow
+    /// and need no read-modify-write; send/recv (sequence 0) leaves them.
+    fn raise(counter: &AtomicU64, to: u64) {
+        if counter.load(Ordering::Relaxed) < to {
+            counter.store(to, Ordering::Relaxed);
+        }
+    }
+
     fn mark_running(&self, id: u64, seq: u64, t: u64) {
         let p = &self.progress;
         p.running_since.store(t, Ordering::Relaxed);
         p.running.store(id + 1, Ordering::Release);
         if seq > 0 {
-            p.last_started.fetch_max(seq, Ordering::Relaxed);
+            Self::raise(&p.last_started, seq);
+        }
+    }
+
+    fn slot(&self, id: u64) -> Option<&Slot> {
+        match self.slots.len() {
+            0 => None,
+            n => self.slots.get((id & (n as u64 - 1)) as usize),
         }
     }
 
     fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
-        let mut ring = self.ring.lock();
-        let id = ring.next_id;
-        ring.next_id += 1;
-        if self.capacity == 0 {
-            return id;
-        }
-        let created = started.unwrap_or_else(clock::now);
-        let entry = Slot {
-            record_id: id,
-            seq,
-            p2p_seq,
-            fp,
-            state: if started.is_some() { State::Started } else { State::Scheduled },
-            created,
-            started: started.unwrap_or(0),
-            completed: 0,
-            failure: None,
-            site,
-        };
-        let slot = (id % self.capacity as u64) as usize;
-        if slot < ring.slots.len() {
-            ring.slots[slot] = entry;
-        } else {
-            if ring.slots.capacity() == 0 {
-                // One allocation up front rather than doublings later.
-                ring.slots.reserve_exact(self.capacity.min(4096));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Some(slot) = self.slot(id) {
+            let created = started.unwrap_or_else(clock::now);
+            let started = started.unwrap_or(0);
+            let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
+            slot.write(&Record { id, seq, fp, created, started, done: 0, failed: false, site });
+            if let Some(next) = self.slot(id + 1) {
+                prefetch(next);
             }
-            ring.slots.push(entry);
         }
         id
-    }
-
-    fn update(&self, id: u64, f: impl FnOnce(&mut Slot)) {
-        if self.capacity == 0 {
-            return;
-        }
-        let mut ring = self.ring.lock();
-        let slot = (id % self.capacity as u64) as usize;
-        if let Some(e) = ring.slots.get_mut(slot).filter(|e| e.record_id == id) {
-            f(e);
-        }
-    }
-
-    fn seq_of(&self, id: u64) -> Option<u64> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let ring = self.ring.lock();
-        ring.slots
-            .get((id % self.capacity as u64) as usize)
-            .filter(|e| e.record_id == id && !e.fp.op.is_p2p())
-            .map(|e| e.seq)
     }
 
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
     pub fn started_seq(&self, id: u64, seq: u64) {
         let t = clock::now();
         self.mark_running(id, seq, t);
-        self.update(id, |e| {
-            e.state = State::Started;
-            e.started = t;
-        });
+        if let Some(slot) = self.slot(id).filter(|s| s.holds(id)) {
+            slot.started.store(t, Ordering::Relaxed);
+        }
     }
 
     /// Marks `id` running, reading its sequence number from the ring.
@@ -307,18 +459,22 @@ impl FlightRecorder {
         self.started_seq(id, seq);
     }
 
+    fn seq_of(&self, id: u64) -> Option<u64> {
+        let r = self.slot(id)?.read().filter(|r| r.id == id)?;
+        (!r.fp.op.is_p2p()).then_some(r.seq)
+    }
+
     /// Marks `id` (collective `seq`, 0 for point-to-point) completed.
     pub fn completed_seq(&self, id: u64, seq: u64) {
         let p = &self.progress;
         if seq > 0 {
-            p.last_completed.fetch_max(seq, Ordering::Relaxed);
-            p.last_completed_record.fetch_max(id + 1, Ordering::Relaxed);
+            Self::raise(&p.last_completed, seq);
+            Self::raise(&p.last_completed_record, id + 1);
         }
         p.running.store(0, Ordering::Release);
-        self.update(id, |e| {
-            e.state = State::Completed;
-            e.completed = clock::now();
-        });
+        if let Some(slot) = self.slot(id) {
+            slot.finish(id, clock::now(), false);
+        }
     }
 
     /// Marks `id` completed, reading its sequence number from the ring.
@@ -330,42 +486,40 @@ impl FlightRecorder {
     /// Marks `id` failed with `error`, keeping the peers it still awaited.
     pub fn failed(&self, id: u64, error: &str, awaited: Vec<Rank>) {
         self.progress.running.store(0, Ordering::Release);
-        self.update(id, |e| {
-            e.state = State::Failed;
-            e.completed = clock::now();
-            e.failure = Some(Box::new((error.to_string(), awaited)));
-        });
+        let Some(slot) = self.slot(id) else { return };
+        {
+            let mut f = self.failures.lock();
+            f.retain(|(i, _)| *i != id);
+            if f.len() >= FAILURES_KEPT {
+                f.pop_front();
+            }
+            f.push_back((id, Failure { error: error.to_string(), awaited }));
+        }
+        slot.finish(id, clock::now(), true);
     }
 
     /// The entries, oldest first.
     pub fn entries(&self) -> Vec<Entry> {
-        let ring = self.ring.lock();
-        let mut v = ring.slots.clone();
-        drop(ring);
-        v.sort_by_key(|e| e.record_id);
+        let mut v: Vec<Record> = self.slots.iter().filter_map(Slot::read).collect();
+        v.sort_by_key(|r| r.id);
+        let v = &v[v.len().saturating_sub(self.capacity)..];
         let clock = clock::Reader::new();
-        v.iter().map(|s| s.entry(self.timeout_ms, &clock)).collect()
+        let failures = self.failures.lock().clone();
+        let failure = |id: u64| failures.iter().find(|(i, _)| *i == id).map(|(_, f)| f);
+        v.iter().map(|r| r.entry(self.timeout_ms, &clock, failure(r.id))).collect()
     }
 
     /// Where operation `id` was called from, if still in the ring and known.
     pub fn site_of(&self, id: u64) -> Option<CallSite> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let ring = self.ring.lock();
-        ring.slots.get((id % self.capacity as u64) as usize).filter(|e| e.record_id == id).and_then(|e| e.site)
+        self.slot(id)?.read().filter(|r| r.id == id)?.site
     }
 
     /// The entry with record id `id`, if still in the ring.
     pub fn entry(&self, id: u64) -> Option<Entry> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let ring = self.ring.lock();
-        ring.slots
-            .get((id % self.capacity as u64) as usize)
-            .filter(|e| e.record_id == id)
-            .map(|s| s.entry(self.timeout_ms, &clock::Reader::new()))
+        let r = self.slot(id)?.read().filter(|r| r.id == id)?;
+        let failures = self.failures.lock();
+        let failure = failures.iter().find(|(i, _)| *i == id).map(|(_, f)| f);
+        Some(r.entry(self.timeout_ms, &clock::Reader::new(), failure))
     }
 }
 
@@ -406,22 +560,86 @@ mod tests {
 
     #[test]
     fn concurrent_readers_see_whole_entries() {
+        // The writer records call `seq` with `seq` elements, so a record
+        // torn between two writes shows as a count that is not its seq.
         let fr = std::sync::Arc::new(FlightRecorder::new(16, 1000));
-        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 3);
         let r = fr.clone();
         let reader = std::thread::spawn(move || {
-            for _ in 0..200 {
+            let mut seen = 0;
+            for _ in 0..2000 {
                 for e in r.entries() {
-                    assert_eq!(e.input_sizes, vec![vec![3]]);
+                    assert_eq!(e.fingerprint.count, e.collective_seq_id, "{e:?}");
+                    assert_eq!(e.input_sizes, vec![vec![e.collective_seq_id]]);
+                    seen += 1;
                 }
             }
+            seen
         });
-        for seq in 1..=2000 {
-            let id = fr.record(fp, seq, 0);
+        for seq in 1..=200_000 {
+            let id = fr.record(Fingerprint::new(OpKind::AllReduce, DType::F32, seq), seq, 0);
             fr.started(id);
             fr.completed(id);
         }
-        reader.join().unwrap();
-        assert_eq!(fr.entries().len(), 16);
+        assert!(reader.join().unwrap() > 0);
+        let e = fr.entries();
+        assert_eq!(e.len(), 16);
+        assert!(e.iter().all(|e| e.state == State::Completed));
+        assert_eq!(e.last().unwrap().collective_seq_id, 200_000);
+    }
+
+    #[test]
+    fn capacity_is_what_a_reader_gets_and_failures_stay_failed() {
+        let fr = FlightRecorder::new(3, 1000); // four slots underneath
+        let fp = Fingerprint::new(OpKind::Broadcast, DType::U8, 1);
+        let ids: Vec<u64> = (1..=5).map(|seq| fr.record_started(fp, seq, 0)).collect();
+        for &id in &ids[..4] {
+            fr.completed_seq(id, id + 1);
+        }
+        fr.failed(ids[4], "boom", vec![3]);
+        let e = fr.entries();
+        assert_eq!(e.iter().map(|e| e.collective_seq_id).collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(
+            (e[2].state, e[2].error.as_deref(), e[2].awaited_peers.clone()),
+            (State::Failed, Some("boom"), vec![3])
+        );
+        // More failures than are kept with their text: still failed.
+        for seq in 6..6 + FAILURES_KEPT as u64 + 2 {
+            let id = fr.record_started(fp, seq, 0);
+            fr.failed(id, "again", vec![]);
+        }
+        let first = fr.failures.lock().front().map(|f| f.0).unwrap();
+        assert!(first > ids[4]);
+        let fr2 = FlightRecorder::new(2, 1000);
+        let a = fr2.record_started(fp, 1, 0);
+        fr2.failed(a, "x", vec![]);
+        fr2.failures.lock().clear();
+        assert_eq!((fr2.entry(a).unwrap().state, fr2.entry(a).unwrap().error), (State::Failed, None));
+    }
+
+    #[test]
+    fn an_operation_that_lost_its_slot_leaves_the_newer_record_alone() {
+        let fr = FlightRecorder::new(2, 1000);
+        let fp = Fingerprint::new(OpKind::Recv, DType::U8, 4).with_root(1);
+        let old = fr.record(fp, 0, 1);
+        let newer: Vec<u64> = (2..=3).map(|s| fr.record(fp, 0, s)).collect();
+        fr.started(old);
+        fr.completed(old);
+        let e = fr.entries();
+        assert_eq!(e.iter().map(|e| e.p2p_seq_id).collect::<Vec<_>>(), vec![2, 3]);
+        assert!(e.iter().all(|e| e.state == State::Scheduled && e.collective_seq_id == 0), "{e:?}");
+        assert!(fr.entry(old).is_none() && fr.entry(newer[1]).is_some());
+    }
+
+    #[test]
+    fn call_sites_of_both_kinds_come_back() {
+        let fr = FlightRecorder::new(4, 1000);
+        let fp = Fingerprint::new(OpKind::Barrier, DType::U8, 0);
+        let here = CallSite::Rust(Location::caller());
+        let tag = CallSite::Tag(crate::callsite::intern("train.py:9 in step"));
+        let a = fr.record_at(fp, 1, 0, Some(here));
+        let b = fr.record_at(fp, 2, 0, Some(tag));
+        let c = fr.record_at(fp, 3, 0, None);
+        assert_eq!((fr.site_of(a), fr.site_of(b), fr.site_of(c)), (Some(here), Some(tag), None));
+        assert_eq!(fr.entry(b).unwrap().call_site.as_deref(), Some("train.py:9 in step"));
     }
 }

@@ -348,7 +348,11 @@ fn a_verdict_reads_the_same_at_4_and_at_16384_ranks() {
             );
             assert!(line.contains("waiting for ranks 0, 2-"), "{line}");
         }
-        assert!(took < std::time::Duration::from_secs(2), "{n} ranks took {took:?}");
+        // A guard against a quadratic turn, not the measurement (that is
+        // the release-built `verdict` bench, under 100 ms): an unoptimised
+        // build on a busy 2-core VM took 2.4 s at 16,384 ranks.
+        let bound = std::time::Duration::from_secs(if cfg!(debug_assertions) { 10 } else { 1 });
+        assert!(took < bound, "{n} ranks took {took:?}");
     }
 }
 
