@@ -33,14 +33,16 @@ impl Heartbeat {
         true
     }
 
-    /// The dump-request counter read with a beat (`None`: unset). Answers
-    /// whether it changed since the last read, which asks for a dump; the
-    /// first read only learns the counter (a request made before this rank
-    /// started is not for it).
-    pub(crate) fn dump_requested(&mut self, counter: Option<Vec<u8>>) -> bool {
+    /// The dump-request counter read with a beat (`None`: unset). When it
+    /// changed since the last read, which asks for a dump, the request: its
+    /// number (`Some(None)` if the counter is not a number). The first read
+    /// only learns the counter (a request made before this rank started is
+    /// not for it).
+    pub(crate) fn dump_requested(&mut self, counter: Option<Vec<u8>>) -> Option<Option<i64>> {
         let requested = counter.is_some() && self.counter.is_some() && counter != self.counter;
+        let number = counter.as_deref().and_then(|c| std::str::from_utf8(c).ok()?.trim().parse::<i64>().ok());
         self.counter = Some(counter.unwrap_or_default());
-        requested
+        requested.then_some(number)
     }
 }
 
@@ -64,14 +66,14 @@ mod tests {
     #[test]
     fn a_dump_is_requested_by_a_change_of_the_counter_not_by_its_first_value() {
         let mut h = Heartbeat::default();
-        assert!(!h.dump_requested(Some(b"3".to_vec())), "a request older than this rank");
-        assert!(!h.dump_requested(Some(b"3".to_vec())));
-        assert!(h.dump_requested(Some(b"4".to_vec())));
-        assert!(!h.dump_requested(Some(b"4".to_vec())));
+        assert_eq!(h.dump_requested(Some(b"3".to_vec())), None, "a request older than this rank");
+        assert_eq!(h.dump_requested(Some(b"3".to_vec())), None);
+        assert_eq!(h.dump_requested(Some(b"4".to_vec())), Some(Some(4)));
+        assert_eq!(h.dump_requested(Some(b"4".to_vec())), None);
 
         let mut fresh = Heartbeat::default();
-        assert!(!fresh.dump_requested(None));
-        assert!(fresh.dump_requested(Some(b"1".to_vec())), "the first request after start");
-        assert!(!fresh.dump_requested(None), "a counter deleted asks for nothing");
+        assert_eq!(fresh.dump_requested(None), None);
+        assert_eq!(fresh.dump_requested(Some(b"1".to_vec())), Some(Some(1)), "the first request after start");
+        assert_eq!(fresh.dump_requested(None), None, "a counter deleted asks for nothing");
     }
 }

@@ -36,6 +36,14 @@ use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long the store may leave this rank's waits for news unanswered
+/// before the rank concludes it is gone (a closed connection says so at
+/// once). A single late answer is not enough: on a host with hundreds of
+/// ranks per core pair, a healthy store thread answered after more than
+/// the client's 2 s grace, and a rank that then dropped the store blamed
+/// rank 0 (its host) for a failure elsewhere.
+const STORE_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Largest world in which a stall warning reads every rank's heartbeat
 /// (the whole status) to say who has not entered the operation: every
 /// rank warns at about the same time, so the store sends the status
@@ -127,6 +135,8 @@ struct Monitor {
     silent: Vec<Rank>,
     arrivals: crate::arrivals::ArrivalWatch,
     pids: PidWatch,
+    /// Since when the store has left this rank's waits unanswered.
+    store_slow_since: Option<Instant>,
 }
 
 /// Starts the monitor thread.
@@ -159,6 +169,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 silent: Vec::new(),
                 arrivals: Default::default(),
                 pids,
+                store_slow_since: None,
             }
             .run()
         })
@@ -217,8 +228,7 @@ impl Monitor {
         let r = store.heartbeat(&beat).and_then(|()| store.try_get(keys::DUMP_REQUEST));
         match r {
             Ok(counter) => {
-                let number = counter.as_deref().and_then(|c| std::str::from_utf8(c).ok()?.trim().parse::<i64>().ok());
-                if self.beat.dump_requested(counter) {
+                if let Some(number) = self.beat.dump_requested(counter) {
                     if let Some(p) = self.shared.write_dump(None, None) {
                         let msg = format!("wrote the flight recorder dump {} on request", p.display());
                         log::warn(&self.shared.cfg, &msg);
@@ -244,11 +254,20 @@ impl Monitor {
         // still finds what it last said (store_lost reads it).
         match catch_up(store, self.last_status.clone(), self.shared.world, TICK) {
             Ok(status) => {
+                self.store_slow_since = None;
                 self.news(&status);
                 if !self.shared.abort.is_aborted() {
                     self.silence_news(&status);
                 }
                 self.last_status = Some(status);
+            }
+            Err(e @ Error::StoreTimeout { waited, .. }) => {
+                let since = *self.store_slow_since.get_or_insert_with(|| Instant::now() - waited);
+                if since.elapsed() >= STORE_PATIENCE {
+                    self.store_lost(e);
+                } else {
+                    tracing::debug!(rank = self.shared.rank, "the store is slow to answer: {e}");
+                }
             }
             Err(e) => self.store_lost(e),
         }

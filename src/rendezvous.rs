@@ -261,10 +261,15 @@ fn record_conflict(cfg: &Config, store_addr: &str, e: &Error) {
 
 /// Splits the time left after the registrations into building the mesh and
 /// gathering every rank's outcome: the gather window is a fifth of it
-/// (200 ms to 3 s), the mesh gets the rest (at most 30 s).
-pub(crate) fn split_mesh_time(left: Duration) -> (Duration, Duration) {
+/// (200 ms to 3 s), the mesh gets the rest, at most 30 s plus 100 ms per
+/// rank. The cap names a blocked port soon, well inside the init timeout;
+/// it grows with the world because each rank connects to every other (and
+/// on one host the N² handshakes share its cores: 512 local ranks on 2
+/// cores did not finish theirs in 30 s).
+pub(crate) fn split_mesh_time(left: Duration, world: usize) -> (Duration, Duration) {
     let gather = (left / 5).clamp(Duration::from_millis(200), Duration::from_secs(3));
-    let mesh = left.saturating_sub(gather).clamp(Duration::from_millis(500), Duration::from_secs(30));
+    let cap = Duration::from_secs(30) + Duration::from_millis(100).saturating_mul(world.min(1 << 20) as u32);
+    let mesh = left.saturating_sub(gather).clamp(Duration::from_millis(500), cap);
     (mesh, gather)
 }
 
@@ -279,7 +284,7 @@ fn preflight(
     deadline: Instant,
     abort: &ringleader_core::AbortSignal,
 ) -> Result<Mesh> {
-    let (mesh_time, gather_time) = split_mesh_time(remaining(deadline));
+    let (mesh_time, gather_time) = split_mesh_time(remaining(deadline), cfg.world_size);
     let addrs: Vec<String> = peers.iter().map(|p| p.data_addr.clone()).collect();
     let started = Instant::now();
     let result = Mesh::establish(
@@ -853,13 +858,17 @@ mod tests {
 
     #[test]
     fn mesh_time_leaves_a_gather_window_inside_the_init_timeout() {
-        let (mesh, gather) = split_mesh_time(Duration::from_secs(4));
+        let (mesh, gather) = split_mesh_time(Duration::from_secs(4), 2);
         assert_eq!(mesh + gather, Duration::from_secs(4));
         assert_eq!(gather, Duration::from_millis(800));
-        let (mesh, gather) = split_mesh_time(Duration::from_secs(300));
-        assert_eq!((mesh, gather), (Duration::from_secs(30), Duration::from_secs(3)));
-        let (mesh, gather) = split_mesh_time(Duration::from_millis(100));
+        let (mesh, gather) = split_mesh_time(Duration::from_secs(300), 2);
+        assert_eq!((mesh, gather), (Duration::from_millis(30_200), Duration::from_secs(3)));
+        let (mesh, gather) = split_mesh_time(Duration::from_millis(100), 2);
         assert_eq!((mesh, gather), (Duration::from_millis(500), Duration::from_millis(200)));
+        // The cap follows the world: 512 ranks get 81.2 s of the default 300 s,
+        // 16,384 all but the gather window.
+        assert_eq!(split_mesh_time(Duration::from_secs(300), 512).0, Duration::from_millis(81_200));
+        assert_eq!(split_mesh_time(Duration::from_secs(300), 16_384).0, Duration::from_secs(297));
     }
 
     #[test]

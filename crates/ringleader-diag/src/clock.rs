@@ -80,6 +80,19 @@ pub fn now() -> u64 {
     t.max(1)
 }
 
+/// Wall-clock nanoseconds `ns` of a rank whose clock is `offset_ns` behind
+/// the store's (the store's minus the rank's; `None`: unknown, left as
+/// they are), on the store's clock: how ranks on different hosts are put on
+/// one time line.
+///
+/// ```
+/// assert_eq!(ringleader_diag::clock::on_store_clock(1_000, Some(-300)), 700);
+/// assert_eq!(ringleader_diag::clock::on_store_clock(1_000, None), 1_000);
+/// ```
+pub fn on_store_clock(ns: u64, offset_ns: Option<i64>) -> u64 {
+    ns.saturating_add_signed(offset_ns.unwrap_or(0))
+}
+
 /// Converts stamps to nanoseconds, at the counter rate measured when it was
 /// made (make one per batch of conversions).
 #[derive(Debug, Clone, Copy)]

@@ -72,7 +72,7 @@ impl Arrivals {
     /// The same arrivals on the store's clock: `offset_ns` is the store's
     /// wall clock minus this rank's (`None`: unknown, left as they are).
     pub fn on_store_clock(mut self, offset_ns: Option<i64>) -> Arrivals {
-        self.base_ns = self.base_ns.saturating_add_signed(offset_ns.unwrap_or(0));
+        self.base_ns = crate::clock::on_store_clock(self.base_ns, offset_ns);
         self
     }
 

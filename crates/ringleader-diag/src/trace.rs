@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 /// ```
 pub fn trace(snaps: &[Snapshot]) -> Value {
     // A rank's time on the store's clock.
-    let aligned = |s: &Snapshot, ns: u64| ns.saturating_add_signed(s.clock_offset_ns.unwrap_or(0));
+    let aligned = |s: &Snapshot, ns: u64| crate::clock::on_store_clock(ns, s.clock_offset_ns);
     let origin = snaps
         .iter()
         .flat_map(|s| s.entries.iter().filter(|e| e.time_created_ns > 0).map(|e| aligned(s, e.time_created_ns)))

@@ -145,7 +145,7 @@ impl fmt::Debug for StoreClient {
 
 /// A process's wall clock against its store's
 /// ([`StoreClient::clock_offset`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockOffset {
     /// The store's clock minus this process's, in nanoseconds.
     pub offset_ns: i64,
