@@ -278,16 +278,14 @@ def spread(times):
 
 
 def fmt_us(t):
-    """A time in microseconds, short: 1.49, 132, 16.5m (ms), 1.20s."""
+    """A time in microseconds, three digits: 1.49, 13.0, 132, 16.5m (ms), 1.20s."""
     if t is None:
         return "-"
-    if t < 10:
+    if t < 1:
         return f"{t:.2f}"
-    if t < 1000:
-        return f"{t:.3g}" if t < 100 else f"{t:.0f}"
-    if t < 1e6:
-        return f"{t / 1e3:.3g}m"
-    return f"{t / 1e6:.3g}s"
+    for scale, unit in ((1, ""), (1e3, "m"), (1e6, "s")):
+        if t / scale < 999.5 or unit == "s":
+            return format(t / scale, "#.3g").rstrip(".") + unit
 
 
 def native_main(ap, args):
