@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 # gcc: the C ABI example; nftables, unshare: tests/multinode.rs; python3:
-# the dependency check and the Python tests; the rest: the `rdma` feature's
+# the dependency check and the Python tests; openmpi: the native benchmark
+# comparison's test (test_bench_native.py); the rest: the `rdma` feature's
 # ibverbs-sys build (scripts/lib.sh)
-ensure_apt pkg-config gcc iproute2 procps nftables util-linux python3 "${RINGLEADER_RDMA_APT[@]}"
+ensure_apt pkg-config gcc iproute2 procps nftables util-linux python3 openmpi-bin libopenmpi-dev "${RINGLEADER_RDMA_APT[@]}"
 start=$(date +%s)
 
 echo "== cargo fmt"
