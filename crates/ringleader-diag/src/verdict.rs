@@ -804,7 +804,11 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
     let outside: Vec<&Facts<'_>> = facts
         .iter()
         .filter(|f| {
-            f.liveness != Liveness::Vanished
+            // A rank that reported nothing (no snapshot, no heartbeat
+            // payload) is unknown, not outside: a host too loaded to
+            // publish in time must not turn into hundreds of culprits.
+            f.beat.is_some()
+                && f.liveness != Liveness::Vanished
                 && !f.stale(limit_ms)
                 && !f.completed(seq)
                 && f.running().is_none_or(|r| r.seq != seq)
@@ -858,11 +862,16 @@ fn absent(facts: &[Facts<'_>], seq: u64, what: &str, limit_ms: u64) -> Option<Di
 
 fn timeout(facts: &[Facts<'_>], what: &str) -> Diagnosis {
     let waiting: Vec<Rank> = facts.iter().filter(|f| f.running().is_some()).map(|f| f.rank).collect();
+    let silent: Vec<Rank> = facts.iter().filter(|f| f.beat.is_none() && !f.died()).map(|f| f.rank).collect();
+    let unknown = match silent.is_empty() {
+        true => String::new(),
+        false => format!("; {} sent no progress report in time", fmt_ranks(&silent)),
+    };
     diagnosis(
         ErrorKind::Timeout,
         Vec::new(),
         format!(
-            "{what} did not complete: {} {} inside it and no rank is known to be at fault",
+            "{what} did not complete: {} {} inside it and no rank is known to be at fault{unknown}",
             fmt_ranks(&waiting),
             if waiting.len() == 1 { "is" } else { "are" }
         ),

@@ -520,3 +520,33 @@ fn a_culprits_own_line_from_its_stacks() {
     plain.snapshots.iter_mut().for_each(|s| s.stacks = None);
     assert!(!verdict(&plain).details.iter().any(|l| l.contains(" is at ")));
 }
+
+#[test]
+fn ranks_that_reported_nothing_are_unknown_not_culprits() {
+    // 512 ranks on two cores: rank 265 timed out in all_reduce #2 with
+    // snapshots from two ranks only; the others' progress never reached
+    // the store. Once this named 507 ranks that "did not enter".
+    let n = 8;
+    let mut peers = Vec::new();
+    for r in 0..n {
+        let mut p = peer(r, Liveness::Alive, Some(300), beat(1, None, vec![]));
+        if r != 2 && r != 5 {
+            p.beat = None;
+        }
+        peers.push(p);
+    }
+    peers[2].beat = Some(beat(1, Some((2, ar(1))), vec![1]));
+    let snaps = vec![
+        snap(2, beat(1, Some((2, ar(1))), vec![1]), &[(1, ar(1)), (2, ar(1))], None),
+        snap(5, beat(1, Some((2, ar(1))), vec![4]), &[(1, ar(1)), (2, ar(1))], None),
+    ];
+    let d = verdict(&ev(n, peers.clone(), snaps.clone()));
+    assert_eq!(d.kind, ErrorKind::Timeout, "{}", d.headline);
+    assert!(d.culprits.is_empty(), "{:?}", d.culprits);
+    assert!(d.headline.contains("ranks 0, 1, 3, 4, 6, 7 (6 ranks) sent no progress report in time"), "{}", d.headline);
+    // One rank that did report, alive and outside the collective, is still
+    // the culprit.
+    peers[6].beat = Some(beat(1, None, vec![]));
+    let d = verdict(&ev(n, peers, snaps));
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::MissedCollective, vec![6]), "{}", d.headline);
+}
