@@ -111,7 +111,8 @@ pub struct Config {
     pub stall_warn: Duration,
     /// Rendezvous timeout (`RINGLEADER_INIT_TIMEOUT`, default 300 s).
     pub init_timeout: Duration,
-    /// Flight recorder entries (`RINGLEADER_FR_SIZE`, default 2000; 0 turns it off).
+    /// Flight recorder entries (`RINGLEADER_FR_SIZE`, default 2000; 0 turns
+    /// it off; at most [`MAX_FR_SIZE`]).
     pub fr_size: usize,
     /// The folder under which dumps go (`RINGLEADER_DUMP_DIR`, default
     /// `$TMPDIR/ringleader-dumps-$UID`, see [`default_dump_dir`]); each run
@@ -161,6 +162,11 @@ pub struct Config {
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STALL_WARN: Duration = Duration::from_secs(60);
 const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The most flight-recorder entries `RINGLEADER_FR_SIZE` may ask for: the
+/// ring (64 bytes an entry, rounded up to a power of two) is allocated when
+/// the communicator starts, so a typo must not ask for gigabytes.
+pub const MAX_FR_SIZE: usize = 1 << 20;
 /// Measured on a 2-core VM: below it (in cache) the ring's two copies,
 /// overlapped by two processes, beat one copy plus an acknowledgement.
 pub const DEFAULT_SHM_SINGLE_COPY: usize = 1 << 20;
@@ -315,6 +321,12 @@ impl Config {
             self.init_timeout = t;
         }
         if let Some(n) = env.parse::<usize>("RINGLEADER_FR_SIZE")? {
+            if n > MAX_FR_SIZE {
+                return Err(Error::invalid(
+                    "RINGLEADER_FR_SIZE",
+                    format!("{n} entries is more than the {MAX_FR_SIZE} the recorder keeps (64 bytes each, allocated at start)"),
+                ));
+            }
             self.fr_size = n;
         }
         if let Some(d) = env.get("RINGLEADER_DUMP_DIR").filter(|d| !d.is_empty()) {
@@ -743,6 +755,15 @@ mod tests {
 
         let err = Config::discover(&Explicit::default(), env(&[])).unwrap_err();
         assert!(err.to_string().contains("RANK"));
+
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")];
+        let too_many = (MAX_FR_SIZE + 1).to_string();
+        let e = env(&[&base[..], &[("RINGLEADER_FR_SIZE", too_many.as_str())]].concat());
+        let err = Config::discover(&Explicit::default(), e).unwrap_err();
+        assert!(err.to_string().contains("RINGLEADER_FR_SIZE") && err.to_string().contains("1048576"), "{err}");
+        let most = MAX_FR_SIZE.to_string();
+        let e = env(&[&base[..], &[("RINGLEADER_FR_SIZE", most.as_str())]].concat());
+        assert_eq!(Config::discover(&Explicit::default(), e).unwrap().fr_size, MAX_FR_SIZE);
     }
 
     #[test]

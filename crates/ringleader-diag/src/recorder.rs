@@ -25,6 +25,7 @@
 use crate::callsite::{CallSite, Tag, TagText};
 use crate::clock;
 use parking_lot::Mutex;
+use ringleader_core::config::MAX_FR_SIZE;
 use ringleader_core::{Fingerprint, OpKind, Rank};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -352,8 +353,9 @@ impl Record {
 
 impl FlightRecorder {
     /// A recorder keeping `capacity` entries (0 keeps only the progress
-    /// counters), stamping `timeout_ms` on each.
+    /// counters; at most [`MAX_FR_SIZE`]), stamping `timeout_ms` on each.
     pub fn new(capacity: usize, timeout_ms: u64) -> FlightRecorder {
+        let capacity = capacity.min(MAX_FR_SIZE);
         FlightRecorder {
             slots: match capacity {
                 0 => Box::default(),
