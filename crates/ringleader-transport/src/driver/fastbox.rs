@@ -7,7 +7,7 @@
 use super::frame_io::{check_decoded, lost};
 use super::strategy::{reduce_piece, rw};
 use crate::frame::FrameHeader;
-use crate::link::Link;
+use crate::link::{Link, FASTBOX_MAX};
 use crate::plan::{Buf, OpInfo, RecvItem, RecvMode};
 use ringleader_core::{Error, Result};
 
@@ -15,6 +15,10 @@ use ringleader_core::{Error, Result};
 /// free; `false`: it goes through the stream.
 #[inline]
 pub(super) fn send(link: &mut dyn Link, op: &OpInfo, tag: u32, data: &[u8]) -> Result<bool> {
+    // Larger frames do not ask the link: the ring path stays as it was.
+    if data.len() > FASTBOX_MAX {
+        return Ok(false);
+    }
     let peer = link.peer();
     let Some(fb) = link.fastbox() else { return Ok(false) };
     if data.len() > fb.capacity() {
