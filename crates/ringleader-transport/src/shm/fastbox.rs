@@ -139,7 +139,10 @@ impl ShmLink {
         self.box_read += 1;
         // The cell is copied out: the writer may reuse it.
         h.box_read.store(self.box_read, Ordering::Release);
-        Ok(BoxedFrame::new(seq, fp, tag, &payload[..len]))
+        // Always a frame: `len` is bounded by the cell, and the cell by
+        // what a BoxedFrame holds (asserted above).
+        let frame = BoxedFrame::new(seq, fp, tag, &payload[..len]).ok_or_else(|| corrupt(self.peer))?;
+        Ok(Some(frame))
     }
 }
 
