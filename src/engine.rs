@@ -105,6 +105,11 @@ pub(crate) struct Exec {
     pub links: Vec<Vec<AnyLink>>,
     driver: Driver,
     plan: Plan,
+    /// What `plan` was built for (the collective and its element size; the
+    /// rest of a schedule's inputs are the communicator's) and what to do
+    /// around it: a training loop repeats the same small calls, and
+    /// rebuilding the same plan each time costs as much as sending it.
+    planned: Option<((Coll, usize), algo::Prep)>,
     plan_scratch: algo::Scratch,
     scratch: Vec<u64>,
 }
@@ -226,6 +231,7 @@ impl Shared {
                 links,
                 driver,
                 plan: Plan::default(),
+                planned: None,
                 plan_scratch: algo::Scratch::default(),
                 scratch: Vec::new(),
             }),
@@ -513,10 +519,19 @@ impl Shared {
 
     fn run_coll(&self, job: &Job, coll: Coll) -> Result<()> {
         let mut x = self.exec.lock();
-        let Exec { links, driver, plan, plan_scratch, scratch } = &mut *x;
+        let Exec { links, driver, plan, planned, plan_scratch, scratch } = &mut *x;
         let dtype = job.fp.dtype;
         let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
-        let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
+        let prep = match planned {
+            Some((key, prep)) if *key == (coll, sh.esz) => *prep,
+            _ => {
+                // Forgotten first: a build that panics leaves no stale key.
+                *planned = None;
+                let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
+                *planned = Some(((coll, sh.esz), prep));
+                prep
+            }
+        };
         let words = prep.scratch_bytes.div_ceil(8);
         if scratch.len() < words {
             scratch.resize(words, 0);

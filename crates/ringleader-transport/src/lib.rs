@@ -28,10 +28,11 @@
 //!
 //! - **Add a transport**: a type that implements [`Link`] (`src/link.rs`:
 //!   the core every link has, and the capabilities [`link::Mapped`],
-//!   [`link::SingleCopy`], [`link::Splice`] it may offer), in a module of
-//!   its own beside `src/tcp/`, `src/shm/` and `src/rdma/`, with its set-up
-//!   returning [`AnyLink`]s (`links[peer][stream]`) that replace the TCP
-//!   mesh's where it applies, as [`plane::attach_shm`] does for shared
+//!   [`link::SingleCopy`], [`link::Splice`], [`link::Fastbox`] it may
+//!   offer), in a module of its own beside `src/tcp/`, `src/shm/` and
+//!   `src/rdma/`, with its set-up returning [`AnyLink`]s
+//!   (`links[peer][stream]`) that replace the TCP mesh's where it
+//!   applies, as [`plane::attach_shm`] does for shared
 //!   memory (`src/plane.rs`; RDMA, whose endpoints go through the store, is
 //!   wired in by the `ringleader` crate's `src/rdma.rs`). Nothing in the
 //!   driver names a transport.

@@ -12,7 +12,10 @@
 //! - [`SingleCopy`]: the peer can copy a payload straight out of this
 //!   process's memory (shared memory with cross-memory attach);
 //! - [`Splice`]: a payload can be sent by reference to the sender's pages
-//!   (TCP with `vmsplice`).
+//!   (TCP with `vmsplice`);
+//! - [`Fastbox`]: a small frame can travel whole in a fastbox beside the
+//!   stream, in its place in the stream's order (shared memory: a cell of
+//!   a cache line or two that the receiver polls).
 //!
 //! An algorithm sees none of this: it plans "send these bytes to rank r,
 //! receive into this range from rank s" ([`crate::plan`]), the seam gloo
@@ -20,7 +23,8 @@
 //! that implements [`Link`] (and the capabilities it has), plus its set-up
 //! (see the crate docs' map).
 
-use ringleader_core::Rank;
+use crate::frame::{DecodeError, FrameHeader};
+use ringleader_core::{Fingerprint, Rank};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::BorrowedFd;
 use std::fmt;
@@ -108,6 +112,75 @@ pub trait Link: Send + fmt::Debug {
     /// Capability: sends by reference to the sender's pages.
     fn splice(&mut self) -> Option<&mut dyn Splice> {
         None
+    }
+
+    /// Capability: small frames whole in a fastbox.
+    fn fastbox(&mut self) -> Option<&mut dyn Fastbox> {
+        None
+    }
+}
+
+/// The largest payload a fastbox frame of any transport carries.
+pub const FASTBOX_MAX: usize = 80;
+
+/// Small frames whole in a fastbox beside the stream: the header's fields
+/// and the payload written in one go where the receiver polls, so that a
+/// frame costs the transfer of a cache line or two rather than a ring's
+/// positions, header and payload (see [`crate::shm`]).
+///
+/// A fastbox frame keeps its place in the stream's order: it follows
+/// everything written to the stream before it, and the stream's reads stop
+/// where it sits until it is taken. Both calls are made between frames only
+/// (never with a frame half written or half read).
+pub trait Fastbox {
+    /// The largest payload a fastbox frame carries here (at most
+    /// [`FASTBOX_MAX`]).
+    fn capacity(&self) -> usize;
+
+    /// Sends a data frame, `header` and `payload`, in a fastbox; `Ok(false)`
+    /// when none is free or it does not fit (then it goes through the
+    /// stream).
+    fn try_send(&mut self, header: &FrameHeader, payload: &[u8]) -> io::Result<bool>;
+
+    /// Takes the next frame if it lies in a fastbox; `None` when nothing
+    /// arrived or the next frame is in the stream.
+    fn try_recv(&mut self) -> io::Result<Option<BoxedFrame>>;
+}
+
+/// A data frame taken from a fastbox: the header fields as they arrived
+/// (checked like a stream frame's header: [`BoxedFrame::header`]) and
+/// the payload.
+#[derive(Debug, Clone, Copy)]
+pub struct BoxedFrame {
+    /// The sender's sequence number.
+    pub seq: u64,
+    /// The sender's fingerprint, encoded ([`Fingerprint::encode`]).
+    pub fingerprint: [u8; 16],
+    /// The frame's tag.
+    pub tag: u32,
+    len: usize,
+    bytes: [u8; FASTBOX_MAX],
+}
+
+impl BoxedFrame {
+    /// A frame of `payload` (at most [`FASTBOX_MAX`] bytes: `None` past it).
+    pub fn new(seq: u64, fingerprint: [u8; 16], tag: u32, payload: &[u8]) -> Option<BoxedFrame> {
+        let mut bytes = [0u8; FASTBOX_MAX];
+        bytes.get_mut(..payload.len())?.copy_from_slice(payload);
+        Some(BoxedFrame { seq, fingerprint, tag, len: payload.len(), bytes })
+    }
+
+    /// The frame's header, decoded as a stream frame's would be (a
+    /// fingerprint that does not decode is the same error).
+    pub fn header(&self) -> Result<FrameHeader, DecodeError> {
+        let fingerprint =
+            Fingerprint::decode(&self.fingerprint).ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
+        Ok(FrameHeader::data(self.seq, fingerprint, self.tag, self.len as u64))
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 

@@ -25,6 +25,7 @@
 //!   turn into; the goodbye frames a rank that leaves writes
 //!   ([`say_goodbye`]);
 //! - `single_copy.rs` and `splice.rs`: the two zero-copy protocols;
+//! - `fastbox.rs`: small frames whole in a link's fastbox;
 //! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
 //! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
 //!   thread: one point-to-point frame moved a piece at a time
@@ -38,6 +39,7 @@
 //! through here.
 
 mod chan;
+mod fastbox;
 mod frame_io;
 pub mod lane;
 mod recv;

@@ -33,9 +33,13 @@ fn side(me: Rank, link: ShmLink, waiter: Waiter) -> Side {
 
 impl Side {
     fn run(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration) -> Result<()> {
+        self.run_op(bufs, plan, within, &op())
+    }
+
+    fn run_op(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration, op: &OpInfo) -> Result<()> {
         let deadline = Some(Instant::now() + within);
         let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0) };
-        self.driver.run(&mut self.links, bufs, plan, &op(), &watch)
+        self.driver.run(&mut self.links, bufs, plan, op, &watch)
     }
 
     fn acked(&self) -> u64 {
@@ -240,4 +244,154 @@ fn a_sender_that_fails_abandons_its_single_copy_frames() {
     plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
     let e = r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(5)).unwrap_err();
     assert!(e.to_string().contains("gave up on the transfer"), "{e}");
+}
+
+/// Frames of these sizes each way, in this order: small ones fit a
+/// fastbox, the 1 MiB one does not.
+const MIXED: [usize; 6] = [8, 16, MIB, 24, 0, 80];
+
+/// Both ranks send [`MIXED`]'s frames of buffer 0 and receive the peer's
+/// into buffer 1, alternately copied and reduced.
+fn mixed(peer: Rank) -> Plan {
+    let chan = Chan { peer, stream: 0 };
+    let mut plan = Plan::default();
+    let mut off = 0;
+    for (k, len) in MIXED.into_iter().enumerate() {
+        plan.send(chan, Region::new(0, off, len), None);
+        let mode = if k % 2 == 0 { RecvMode::Copy } else { RecvMode::Reduce { with: None } };
+        plan.recv(chan, Region::new(1, off, len), mode, None, None);
+        off += len;
+    }
+    plan
+}
+
+fn mixed_want(from: &[u8], had: &[u8]) -> Vec<u8> {
+    let mut want = Vec::new();
+    let mut off = 0;
+    for (k, len) in MIXED.into_iter().enumerate() {
+        let (f, h) = (&from[off..off + len], &had[off..off + len]);
+        match k % 2 {
+            0 => want.extend_from_slice(f),
+            _ => want.extend(f.iter().zip(h).map(|(x, y)| x.wrapping_add(*y))),
+        }
+        off += len;
+    }
+    want
+}
+
+#[test]
+fn small_frames_go_through_fastboxes_in_order_with_ring_frames() {
+    // Single copy off: the large frame goes through the ring.
+    let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-box", [None, None]);
+    let total: usize = MIXED.iter().sum();
+    let (ta, tb) = (a.traffic(), b.traffic());
+    let side_run = move |me: Rank, link: ShmLink, waiter: Waiter, seeds: (u8, u8)| {
+        let mut s = side(me, link, waiter);
+        let input = pattern(seeds.0, total);
+        let mut out = pattern(seeds.1, total);
+        // Twice, so the second plan's small frames follow the first's
+        // large one on the same link.
+        for _ in 0..2 {
+            out = pattern(seeds.1, total);
+            s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &mixed(1 - me), Duration::from_secs(20)).unwrap();
+        }
+        out
+    };
+    let t = std::thread::spawn(move || side_run(1, b, wb, (1, 7)));
+    let out = side_run(0, a, wa, (2, 9));
+    let out_b = t.join().unwrap();
+    assert!(out == mixed_want(&pattern(1, total), &pattern(9, total)), "rank 0 got wrong bytes");
+    assert!(out_b == mixed_want(&pattern(2, total), &pattern(7, total)), "rank 1 got wrong bytes");
+    for t in [ta, tb] {
+        // Five small frames a plan went in fastboxes; the ring carried the
+        // large frame alone (its header and payload).
+        assert_eq!(t.boxes_taken(), 10);
+        assert_eq!(t.ring_bytes(), 2 * (crate::frame::HEADER_LEN + MIB) as u64);
+    }
+}
+
+#[test]
+fn a_fastbox_frame_of_another_call_is_the_same_mismatch_as_a_ring_frame() {
+    // 8 bytes travel in a fastbox, 4 KiB through the ring: the receiver
+    // reports either the same way.
+    for (k, len) in [8usize, 4096].into_iter().enumerate() {
+        for their_seq in [1, 2] {
+            let (a, b, wa, wb) = test_pair(&format!("t-drv-mm-{k}-{their_seq}"));
+            let theirs =
+                OpInfo { seq: their_seq, fingerprint: Fingerprint::new(OpKind::AllReduce, DType::U8, 4), checks: true };
+            let ours = if their_seq == 1 { op() } else { OpInfo { fingerprint: theirs.fingerprint, ..op() } };
+            let t = std::thread::spawn(move || {
+                let mut s = side(1, b, wb);
+                let input = pattern(1, len);
+                let mut out = vec![0u8; len];
+                s.run_op(
+                    &mut [Buf::Ro(&input), Buf::Rw(&mut out)],
+                    &for_peer(exchange(RecvMode::Copy, len), 0),
+                    Duration::from_secs(10),
+                    &theirs,
+                )
+            });
+            let mut s = side(0, a, wa);
+            let input = pattern(2, len);
+            let mut out = vec![0u8; len];
+            let e = s
+                .run_op(
+                    &mut [Buf::Ro(&input), Buf::Rw(&mut out)],
+                    &for_peer(exchange(RecvMode::Copy, len), 1),
+                    Duration::from_secs(10),
+                    &ours,
+                )
+                .unwrap_err();
+            let _ = t.join().unwrap();
+            match e {
+                Error::FrameMismatch { peer: 1, seq: 1, ours: o, their_seq: ts, theirs: th } => {
+                    assert_eq!((o, ts, th), (ours.fingerprint, their_seq, theirs.fingerprint), "{len} B");
+                }
+                e => panic!("{len} B: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn random_mixes_of_fastbox_ring_and_single_copy_frames_arrive_intact_and_in_order() {
+    // Plans of 1-6 frames each way, sizes drawn around the fastbox's
+    // capacity and the ring's, so cells run out, ring frames wait behind
+    // cells and cells behind ring frames; with single copy on, frames from
+    // 64 B go single-copy where the box does not take them.
+    const SIZES: [usize; 8] = [0, 8, 72, 80, 88, 4096, 300_000, 8];
+    let plans = |seed: u64| {
+        let mut x = seed;
+        let mut next = move || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as usize
+        };
+        (0..150).map(|_| (0..1 + next() % 6).map(|_| SIZES[next() % SIZES.len()]).collect()).collect()
+    };
+    for (run, single_copy) in [("t-drv-mix-ring", None), ("t-drv-mix-sc", Some(64))] {
+        let (a, b, wa, wb) = crate::shm::test_pair_with(run, [single_copy; 2]);
+        let side_run = move |me: Rank, link: ShmLink, waiter: Waiter| {
+            let mut s = side(me, link, waiter);
+            let all: Vec<Vec<usize>> = plans(7);
+            for (k, sizes) in all.iter().enumerate() {
+                let total: usize = sizes.iter().sum();
+                let input = pattern((k as u8).wrapping_mul(3).wrapping_add(me as u8), total);
+                let mut out = vec![0u8; total];
+                let chan = Chan { peer: 1 - me, stream: 0 };
+                let mut plan = Plan::default();
+                let mut off = 0;
+                for &len in sizes {
+                    plan.send(chan, Region::new(0, off, len), None);
+                    plan.recv(chan, Region::new(1, off, len), RecvMode::Copy, None, None);
+                    off += len;
+                }
+                s.run(&mut [Buf::Ro(&input), Buf::Rw(&mut out)], &plan, Duration::from_secs(20)).unwrap();
+                let want = pattern((k as u8).wrapping_mul(3).wrapping_add(1 - me as u8), total);
+                assert!(out == want, "plan {k} ({sizes:?}) arrived wrong on rank {me}");
+            }
+        };
+        let t = std::thread::spawn(move || side_run(1, b, wb));
+        side_run(0, a, wa);
+        t.join().unwrap();
+    }
 }

@@ -6,7 +6,7 @@ use super::domain::Domain;
 use super::segment::{ring_bell, Mapping};
 use super::waiter::Waiter;
 use super::{PUBLISH_EVERY, RING_BYTES};
-use crate::link::{Mapped, ReadOutcome, SingleCopy, Wake};
+use crate::link::{Fastbox, Mapped, ReadOutcome, SingleCopy, Wake};
 use ringleader_core::Rank;
 use std::io::IoSlice;
 use std::sync::atomic::{fence, Ordering};
@@ -25,6 +25,12 @@ pub struct ShmLink {
     pub(super) remote_sent: u64,
     /// Single-copy frames read.
     pub(super) remote_read: u64,
+    /// Fastbox frames written (see `fastbox.rs`)...
+    pub(super) box_sent: u64,
+    /// ...of which the peer had taken this many when last asked...
+    pub(super) box_taken: u64,
+    /// ...and fastbox frames read.
+    pub(super) box_read: u64,
 }
 
 impl std::fmt::Debug for ShmLink {
@@ -60,6 +66,9 @@ impl Domain {
                     rings,
                     remote_sent: 0,
                     remote_read: 0,
+                    box_sent: 0,
+                    box_taken: 0,
+                    box_read: 0,
                 })
                 .collect();
             out.push((peer, links));
@@ -119,15 +128,19 @@ impl ShmLink {
     }
 
     /// Readable bytes of the incoming ring as one contiguous piece (up to
-    /// the ring's end), bounded by `max`.
+    /// the ring's end, and up to a fastbox frame that comes first), bounded
+    /// by `max`.
     pub(super) fn readable(&self, max: usize) -> std::io::Result<(*const u8, usize)> {
         let m = &self.domain.own;
         let h = m.ring_header(self.rx);
         let head = h.head.load(Ordering::Acquire);
         let tail = h.tail.load(Ordering::Relaxed);
-        let avail = head.wrapping_sub(tail);
+        let mut avail = head.wrapping_sub(tail);
         if avail > RING_BYTES as u64 {
             return Err(corrupt(self.peer));
+        }
+        if let Some(limit) = self.box_limit(tail)? {
+            avail = avail.min(limit);
         }
         let at = (tail % RING_BYTES as u64) as usize;
         let n = (avail as usize).min(RING_BYTES - at).min(max);
@@ -266,7 +279,7 @@ impl ShmLink {
             used < RING_BYTES as u64
         } else {
             let h = self.domain.own.ring_header(self.rx);
-            h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed)
+            h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed) || self.box_ready()
         }
     }
 }
@@ -306,6 +319,11 @@ impl crate::link::Link for ShmLink {
     }
 
     fn single_copy_mut(&mut self) -> Option<&mut dyn SingleCopy> {
+        Some(self)
+    }
+
+    #[inline]
+    fn fastbox(&mut self) -> Option<&mut dyn Fastbox> {
         Some(self)
     }
 }

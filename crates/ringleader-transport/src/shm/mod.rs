@@ -39,20 +39,29 @@
 //! published address), so ptrace restrictions, seccomp or separate pid
 //! namespaces leave the ring in use rather than fail a collective.
 //!
+//! Small frames (up to [`BOX_PAYLOAD`] bytes of payload) skip the ring the
+//! other way: the writer puts the whole frame, header fields and payload,
+//! in a fastbox cell of two cache lines beside the ring, which the reader
+//! polls; a frame costs about the transfer of the line it lies in. Cells
+//! keep their place in the ring's order, and a writer without a free cell
+//! uses the ring (see `fastbox.rs`).
+//!
 //! Everything read from shared memory (the ring positions) is bounded before
 //! use: a corrupt or malicious peer can make this rank fail, never make it
 //! read or write outside the mapping.
 //!
 //! Where each part lives: `segment.rs` the shared layout (doorbell, ring
-//! headers) and the mapping; `room.rs` whether `/dev/shm` can hold the
-//! job; `domain.rs` creating and opening the segments; `link.rs` a ring
-//! pair as a [`crate::Link`], and the links made from a domain;
-//! `cross_memory.rs` reading a peer's memory (single copy and its probe);
-//! `waiter.rs` sleeping on the doorbell.
+//! headers, fastbox cells) and the mapping; `room.rs` whether `/dev/shm`
+//! can hold the job; `domain.rs` creating and opening the segments;
+//! `link.rs` a ring pair as a [`crate::Link`], and the links made from a
+//! domain; `fastbox.rs` the fastboxes; `cross_memory.rs` reading a peer's
+//! memory (single copy and its probe); `waiter.rs` sleeping on the
+//! doorbell.
 #![allow(unsafe_code)]
 
 mod cross_memory;
 mod domain;
+mod fastbox;
 mod link;
 mod room;
 mod segment;
@@ -63,7 +72,7 @@ mod tests;
 
 pub use domain::Domain;
 pub use link::ShmLink;
-pub use segment::segment_name;
+pub use segment::{segment_name, BOX_PAYLOAD};
 pub use waiter::Waiter;
 
 #[cfg(test)]

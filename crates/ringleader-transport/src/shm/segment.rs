@@ -1,5 +1,5 @@
 //! The segment layout shared between processes (doorbell, ring headers,
-//! rings) and a mapping of it.
+//! rings, fastbox cells) and a mapping of it.
 
 use super::RING_BYTES;
 use ringleader_core::Rank;
@@ -20,7 +20,8 @@ pub(super) const LINE: usize = 64;
 /// Doorbell line, then two lines per ring header.
 pub(super) const HEADER_BYTES: usize = LINE;
 pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
-pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3031; // "RLSHM001"
+/// Bumped with every change of the layout (002: fastboxes).
+pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3032; // "RLSHM002"
 
 /// The futex word and sleeper count a rank waits on, and what its peers
 /// need to read its memory directly (its pid, and where a nonce lies).
@@ -51,7 +52,44 @@ pub(super) struct RingHeader {
     pub(super) remote_done: AtomicU64,
     /// Non-zero when the reader can read the writer's memory.
     pub(super) remote_ok: AtomicU64,
+    /// Fastbox frames the reader has taken (see [`Cell`]): the writer
+    /// reuses a cell once this passes its last occupant.
+    pub(super) box_read: AtomicU64,
 }
+
+/// One fastbox cell (see `fastbox.rs`): a whole small frame, header fields
+/// and payload, in two cache lines, so that a small frame costs the reader
+/// the transfer of the line(s) it lies in and nothing else. Each ring has
+/// [`CELLS`] of them, used in turn; the writer fills one, then stamps it.
+#[repr(C)]
+pub(super) struct Cell {
+    /// The count of fastbox frames written on this ring, as of this one
+    /// (1, 2, ...), stored last: a cell holds the reader's next fastbox
+    /// frame when its stamp is one more than the frames it has taken.
+    pub(super) stamp: AtomicU64,
+    /// The ring position the frame sits at: it follows every ring byte
+    /// before it, and precedes every one from it on.
+    pub(super) pos: AtomicU64,
+    /// The frame header's sequence number...
+    pub(super) seq: AtomicU64,
+    /// ...its encoded fingerprint...
+    pub(super) fingerprint: [AtomicU64; 2],
+    /// ...its tag...
+    pub(super) tag: AtomicU32,
+    /// ...and its payload length (at most [`BOX_PAYLOAD`]).
+    pub(super) len: AtomicU32,
+    /// The payload, zero-padded to whole words.
+    pub(super) payload: [AtomicU64; BOX_PAYLOAD / 8],
+}
+
+/// Fastbox cells per ring: a writer runs out only when it is this many
+/// small frames ahead of its reader (it then writes to the ring).
+pub(super) const CELLS: usize = 8;
+/// Bytes of one cell.
+pub(super) const CELL_BYTES: usize = 2 * LINE;
+/// Payload bytes a cell holds: what two lines leave after the header
+/// fields (the first 16 in the header's line).
+pub const BOX_PAYLOAD: usize = CELL_BYTES - 48;
 
 // The segment layout is shared between processes: fixed by these
 // constants and `repr(C)`, not by the target or a dependency's choice.
@@ -60,6 +98,9 @@ const _: () = {
     assert!(std::mem::offset_of!(RingHeader, tail) == LINE);
     assert!(std::mem::size_of::<RingHeader>() <= RING_HEADER_BYTES);
     assert!(std::mem::align_of::<RingHeader>() <= LINE);
+    assert!(std::mem::size_of::<Cell>() == CELL_BYTES);
+    assert!(std::mem::offset_of!(Cell, payload) == CELL_BYTES - BOX_PAYLOAD);
+    assert!(BOX_PAYLOAD % 8 == 0);
 };
 
 /// A mapped segment.
@@ -111,10 +152,22 @@ impl Mapping {
         // SAFETY: in bounds (checked).
         unsafe { self.ptr.as_ptr().add(off) }
     }
+
+    /// Fastbox cell `i` of ring `ring` (of `rings`), after all the rings'
+    /// data.
+    pub(super) fn cell(&self, rings: usize, ring: usize, i: usize) -> &Cell {
+        let off = HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES) + (ring * CELLS + i) * CELL_BYTES;
+        assert!(i < CELLS && off + CELL_BYTES <= self.len);
+        // SAFETY: in bounds (checked), 64-byte aligned (the rings before it
+        // are whole lines), atomics only.
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<Cell>() }
+    }
 }
 
+/// Bytes of a segment holding `rings` rings (their headers, data and
+/// fastbox cells) after the doorbell.
 pub(super) fn segment_len(rings: usize) -> usize {
-    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES)
+    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES + CELLS * CELL_BYTES)
 }
 
 /// The name of a rank's segment: the run, the rank and the owner's pid (so

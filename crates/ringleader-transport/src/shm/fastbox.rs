@@ -1,0 +1,197 @@
+//! Fastboxes: small frames whole in a cell of two cache lines beside each
+//! ring, in the ring's order.
+//!
+//! A small frame through the ring costs more than its bytes: the writer
+//! reads the reader's position (a line the reader wrote), the reader reads
+//! the writer's position, then the header and payload (often across two
+//! lines), and publishes its own position twice (header, then payload),
+//! each time with the fence that keeps a sleeping writer's wake-up. In a
+//! fastbox the writer fills a cell (header fields, payload) and stamps it;
+//! the reader, which polls the cell anyway, finds everything in the line(s)
+//! it fetched. The writer learns which cells are free from a count the
+//! reader publishes, read only when the writer runs out of cells; a writer
+//! with no free cell writes to the ring instead, so nobody ever waits for a
+//! cell, and taking one needs no wake-up.
+//!
+//! Order: a cell records the ring position it sits at (every ring byte
+//! written before it). The reader takes it only once its ring reads reach
+//! that position, and its ring reads stop there while the cell waits (see
+//! [`ShmLink::box_limit`]), so no frame overtakes another, whichever way
+//! each travels.
+//!
+//! Everything read from a cell is bounded before use (the peer may be
+//! buggy): the length against the cell, the position against the ring.
+
+use super::link::{corrupt, ShmLink};
+use super::segment::{ring_bell, Cell, BOX_PAYLOAD, CELLS};
+use super::RING_BYTES;
+use crate::frame::{FrameHeader, FrameKind};
+use crate::link::{BoxedFrame, Fastbox, FASTBOX_MAX};
+use std::sync::atomic::Ordering;
+
+const _: () = assert!(BOX_PAYLOAD <= FASTBOX_MAX);
+
+/// The cell fastbox frame `count` (1, 2, ...) of a ring occupies.
+fn index(count: u64) -> usize {
+    ((count - 1) % CELLS as u64) as usize
+}
+
+impl ShmLink {
+    /// Writes a data frame into the next free cell of the outgoing ring;
+    /// `Ok(false)` when none is free or it does not fit.
+    pub fn box_send(&mut self, header: &FrameHeader, payload: &[u8]) -> std::io::Result<bool> {
+        if payload.len() > BOX_PAYLOAD || header.kind != FrameKind::Data {
+            return Ok(false);
+        }
+        let next = self.box_sent + 1;
+        // Borrows the domain field alone, so the counters below stay free.
+        let m = self.domain.peers[self.peer].as_ref().expect("peer mapped");
+        let h = m.ring_header(self.tx);
+        if next - self.box_taken > CELLS as u64 {
+            // Pairs with the reader's release: it has copied the cell out.
+            let taken = h.box_read.load(Ordering::Acquire);
+            if taken > self.box_sent || taken < self.box_taken {
+                return Err(corrupt(self.peer));
+            }
+            self.box_taken = taken;
+            if next - taken > CELLS as u64 {
+                return Ok(false);
+            }
+        }
+        let cell = m.cell(self.rings, self.tx, index(next));
+        // Every ring byte written so far precedes this frame.
+        cell.pos.store(h.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        cell.seq.store(header.seq, Ordering::Relaxed);
+        let fp = header.fingerprint.encode();
+        for (w, b) in cell.fingerprint.iter().zip(fp.chunks_exact(8)) {
+            w.store(u64::from_le_bytes(b.try_into().unwrap_or_default()), Ordering::Relaxed);
+        }
+        cell.tag.store(header.tag, Ordering::Relaxed);
+        cell.len.store(payload.len() as u32, Ordering::Relaxed);
+        for (w, b) in cell.payload.iter().zip(payload.chunks(8)) {
+            let mut word = [0u8; 8];
+            word[..b.len()].copy_from_slice(b);
+            w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        // Publishes the fields above to a reader that sees the stamp.
+        cell.stamp.store(next, Ordering::Release);
+        self.box_sent = next;
+        ring_bell(m.doorbell());
+        Ok(true)
+    }
+
+    /// The incoming cell of the next fastbox frame, if it holds it, with
+    /// its ring position (checked: at or past our reads, within a ring).
+    fn next_box(&self, tail: u64) -> std::io::Result<Option<(&Cell, u64)>> {
+        let next = self.box_read + 1;
+        let cell = self.domain.own.cell(self.rings, self.rx, index(next));
+        // Pairs with the writer's release of the stamp.
+        if cell.stamp.load(Ordering::Acquire) != next {
+            return Ok(None);
+        }
+        let pos = cell.pos.load(Ordering::Relaxed);
+        if pos.wrapping_sub(tail) > RING_BYTES as u64 {
+            return Err(corrupt(self.peer));
+        }
+        Ok(Some((cell, pos)))
+    }
+
+    /// How many ring bytes from `tail` on may be read: up to a fastbox
+    /// frame that waits in the ring's order (`None`: no limit). Called after
+    /// loading the ring's head, so a cell written before the bytes seen
+    /// there is seen too.
+    pub(super) fn box_limit(&self, tail: u64) -> std::io::Result<Option<u64>> {
+        Ok(self.next_box(tail)?.map(|(_, pos)| pos.wrapping_sub(tail)))
+    }
+
+    /// Whether the next frame is in a cell (rather than in the ring).
+    pub(super) fn box_ready(&self) -> bool {
+        let tail = self.domain.own.ring_header(self.rx).tail.load(Ordering::Relaxed);
+        matches!(self.next_box(tail), Ok(Some((_, pos))) if pos == tail)
+    }
+
+    /// Takes the next frame if it is in a cell: every ring byte before it
+    /// has been read.
+    pub fn box_recv(&mut self) -> std::io::Result<Option<BoxedFrame>> {
+        let h = self.domain.own.ring_header(self.rx);
+        let tail = h.tail.load(Ordering::Relaxed);
+        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(None) };
+        if pos != tail {
+            return Ok(None);
+        }
+        let len = cell.len.load(Ordering::Relaxed) as usize;
+        if len > BOX_PAYLOAD {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("rank {} left a fastbox frame of {len} bytes", self.peer),
+            ));
+        }
+        let mut fp = [0u8; 16];
+        for (b, w) in fp.chunks_exact_mut(8).zip(&cell.fingerprint) {
+            b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let mut payload = [0u8; BOX_PAYLOAD];
+        for (b, w) in payload[..len].chunks_mut(8).zip(&cell.payload) {
+            b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes()[..b.len()]);
+        }
+        let seq = cell.seq.load(Ordering::Relaxed);
+        let tag = cell.tag.load(Ordering::Relaxed);
+        self.box_read += 1;
+        // The cell is copied out: the writer may reuse it.
+        h.box_read.store(self.box_read, Ordering::Release);
+        // Always a frame: `len` is bounded by the cell, and the cell by
+        // what a BoxedFrame holds (asserted above).
+        let frame = BoxedFrame::new(seq, fp, tag, &payload[..len]).ok_or_else(|| corrupt(self.peer))?;
+        Ok(Some(frame))
+    }
+}
+
+impl Fastbox for ShmLink {
+    fn capacity(&self) -> usize {
+        BOX_PAYLOAD
+    }
+
+    #[inline]
+    fn try_send(&mut self, header: &FrameHeader, payload: &[u8]) -> std::io::Result<bool> {
+        self.box_send(header, payload)
+    }
+
+    #[inline]
+    fn try_recv(&mut self) -> std::io::Result<Option<BoxedFrame>> {
+        self.box_recv()
+    }
+}
+
+/// What a test reads of a link's traffic after handing the link to a
+/// driver: how many bytes its ring and its fastboxes carried out.
+#[cfg(test)]
+pub(crate) struct Traffic {
+    domain: std::sync::Arc<super::domain::Domain>,
+    peer: ringleader_core::Rank,
+    tx: usize,
+}
+
+#[cfg(test)]
+impl Traffic {
+    /// Bytes written to the outgoing ring so far.
+    pub(crate) fn ring_bytes(&self) -> u64 {
+        self.map().ring_header(self.tx).head.load(Ordering::Acquire)
+    }
+
+    /// Fastbox frames the peer has taken so far.
+    pub(crate) fn boxes_taken(&self) -> u64 {
+        self.map().ring_header(self.tx).box_read.load(Ordering::Acquire)
+    }
+
+    fn map(&self) -> &super::segment::Mapping {
+        self.domain.peers[self.peer].as_ref().expect("peer mapped")
+    }
+}
+
+#[cfg(test)]
+impl ShmLink {
+    /// A view of this link's outgoing traffic that outlives lending it.
+    pub(crate) fn traffic(&self) -> Traffic {
+        Traffic { domain: self.domain.clone(), peer: self.peer, tx: self.tx }
+    }
+}
