@@ -137,6 +137,9 @@ struct Monitor {
     pids: PidWatch,
     /// Since when the store has left this rank's waits unanswered.
     store_slow_since: Option<Instant>,
+    /// The capture of this process's stacks after the job failed, running
+    /// on a thread of its own (see [`Monitor::news`]).
+    capturing: Option<JoinHandle<Option<Arc<ringleader_diag::stacks::Stacks>>>>,
 }
 
 /// Starts the monitor thread.
@@ -170,6 +173,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, store: StoreClient, pids: PidWatch, sto
                 arrivals: Default::default(),
                 pids,
                 store_slow_since: None,
+                capturing: None,
             }
             .run()
         })
@@ -197,6 +201,7 @@ impl Monitor {
             } else if self.stop.sleep(TICK) {
                 break;
             }
+            self.publish_when_captured();
             self.peers_ended();
             self.watchdog();
             self.interrupt();
@@ -273,6 +278,36 @@ impl Monitor {
         }
     }
 
+    /// Publishes this rank's snapshot once the stacks [`Monitor::news`]
+    /// asked for are captured.
+    fn publish_when_captured(&mut self) {
+        if !self.capturing.as_ref().is_some_and(JoinHandle::is_finished) {
+            return;
+        }
+        let stacks = self.capturing.take().and_then(|h| h.join().ok()).flatten();
+        self.publish(stacks);
+    }
+
+    /// Publishes this rank's position (and `stacks`) as its snapshot,
+    /// unless a failing call published one first.
+    fn publish(&mut self, stacks: Option<Arc<ringleader_diag::stacks::Stacks>>) {
+        self.published = true;
+        let sh = &self.shared;
+        let mut snap = crate::agreement::compact(sh.snapshot(None));
+        snap.stacks = stacks.as_ref().map(|s| s.compact());
+        if let Some(store) = self.store.as_mut() {
+            let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
+        }
+        // Its dump, with the whole stacks, when it is outside any
+        // collective: such a rank may never make another call that would
+        // write one, and the launcher ends it soon after the verdict (a
+        // rank inside one writes its dump, with the verdict, as that call
+        // fails).
+        if stacks.is_some() && sh.failure.lock().is_none() && sh.current.lock().is_none() {
+            let _ = sh.write_dump(None, None);
+        }
+    }
+
     /// Reacts to the job's events.
     fn news(&mut self, status: &JobStatus) {
         let sh = &self.shared;
@@ -284,25 +319,23 @@ impl Monitor {
                 };
                 sh.abort.abort(Error::aborted(reason));
             }
-            if !self.published {
-                // Idle ranks too must say where they are.
-                self.published = true;
-                // Its position first, then where its threads are (a rank
-                // outside any collective is often the culprit: the
-                // verdict shows its own line from these stacks).
-                let mut snap = crate::agreement::compact(sh.snapshot(None));
-                let stacks = sh.failure_stacks();
-                snap.stacks = stacks.as_ref().map(|s| s.compact());
-                if let Some(store) = self.store.as_mut() {
-                    let _ = store.compare_set(&keys::snapshot(sh.rank), None, snap.to_json().as_bytes());
-                }
-                // Its dump, with the whole stacks, when it is outside any
-                // collective: such a rank may never make another call that
-                // would write one, and the launcher ends it soon after the
-                // verdict (a rank inside one writes its dump, with the
-                // verdict, as that call fails).
-                if stacks.is_some() && sh.failure.lock().is_none() && sh.current.lock().is_none() {
-                    let _ = sh.write_dump(None, None);
+            if !self.published && self.capturing.is_none() {
+                // Idle ranks too must say where they are, with where their
+                // threads are (a rank outside any collective is often the
+                // culprit: the verdict shows its own line from these
+                // stacks). Naming the native frames' source lines reads the
+                // binary's debug information, which took seconds per rank
+                // with 32 ranks on 2 cores: on this thread it stopped the
+                // heartbeats, and the verdict called the ranks stalled. So
+                // the capture runs beside it, and the snapshot goes out
+                // when it is done (`publish_when_captured`).
+                let shared = self.shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("ringleader-stacks-{}", sh.rank))
+                    .spawn(move || shared.failure_stacks());
+                match spawned {
+                    Ok(h) => self.capturing = Some(h),
+                    Err(_) => self.publish(None),
                 }
             }
             return;

@@ -11,9 +11,15 @@
 
 use ringleader_diag::stacks::source_line;
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// Largest source file read for a line's text.
 const MAX_SOURCE: u64 = 4 << 20;
+
+/// Wall-clock time one capture spends finding lines, a backstop (only a
+/// few frames per thread are looked up); frames past it keep their
+/// function's name without a line.
+pub(crate) const LINES_BUDGET: Duration = Duration::from_secs(2);
 
 /// One source location.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +37,10 @@ pub(crate) struct Line {
 pub(crate) struct Lines {
     objects: HashMap<String, Option<addr2line::Loader>>,
     sources: HashMap<String, Option<String>>,
+    /// When the first line was looked up.
+    started: Option<Instant>,
+    /// Whether a lookup was skipped for [`LINES_BUDGET`].
+    pub(crate) out_of_time: bool,
 }
 
 impl std::fmt::Debug for Lines {
@@ -44,6 +54,10 @@ impl Lines {
     /// to its load base for a shared object or a position-independent
     /// executable) is in the source, if the object says.
     pub(crate) fn find(&mut self, path: &str, probe: u64) -> Option<Line> {
+        if self.started.get_or_insert_with(Instant::now).elapsed() > LINES_BUDGET {
+            self.out_of_time = true;
+            return None;
+        }
         let loader = self.objects.entry(path.to_string()).or_insert_with(|| addr2line::Loader::new(path).ok());
         let loc = loader.as_ref()?.find_location(probe).ok()??;
         let (file, line) = (loc.file?.to_string(), loc.line.filter(|l| *l > 0)?);

@@ -35,6 +35,10 @@
 
 use super::elf::Symbols;
 use ringleader_diag::stacks::{demangle, Frame, ThreadStack, MAX_FRAMES, MAX_THREADS};
+
+/// Frames of each thread given a source line, from its innermost frame of
+/// the program's own code outwards.
+const LINED_FRAMES: usize = 3;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
@@ -374,7 +378,7 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
     }
     let mut names = Namer::default();
     for (i, ips) in scanned {
-        threads[i].frames = ips.iter().enumerate().map(|(k, &ip)| names.frame(ip, k == 0)).collect();
+        threads[i].frames = ips.iter().enumerate().map(|(k, &ip)| names.frame(ip, k == 0, false)).collect();
     }
     for (i, t) in threads.iter_mut().enumerate() {
         let slot = &SLOTS[i];
@@ -392,11 +396,31 @@ pub(crate) fn capture(sig: c_int, notes: &mut Vec<String>) -> Vec<ThreadStack> {
                 .iter()
                 .take(MAX_FRAMES)
                 .enumerate()
-                .map(|(k, &ip)| names.frame(ip, k == 0 && pc != 0))
+                .map(|(k, &ip)| names.frame(ip, k == 0 && pc != 0, false))
                 .collect();
         }
         // A late handler then finds no slot of its thread.
         slot.tid.store(0, Ordering::Release);
+    }
+    // Source lines for the frames a verdict shows: each thread's innermost
+    // frames of the program's own code. Reading the line tables is the
+    // costly part of a capture (a large debug build's took seconds per
+    // process with 32 ranks on 2 cores), so the rest keep their names.
+    for t in threads.iter_mut() {
+        let Some(first_user) = t.frames.iter().position(|f| !ringleader_diag::stacks::native_internal(f)) else {
+            continue;
+        };
+        for k in first_user..(first_user + LINED_FRAMES).min(t.frames.len()) {
+            if let Some(ip) = t.frames[k].ip {
+                t.frames[k] = names.frame(ip as usize, k == 0, true);
+            }
+        }
+    }
+    if names.lines.out_of_time {
+        notes.push(format!(
+            "source lines of the innermost frames only: looking them up stopped after {} ms",
+            super::lines::LINES_BUDGET.as_millis()
+        ));
     }
     threads
 }
@@ -413,7 +437,7 @@ impl Namer {
     /// `first`: the interrupted instruction itself; other frames hold
     /// return addresses, which point after their call (so one byte back
     /// lies inside the calling function).
-    fn frame(&mut self, ip: usize, first: bool) -> Frame {
+    fn frame(&mut self, ip: usize, first: bool, with_line: bool) -> Frame {
         let at = if first { ip } else { ip.saturating_sub(1) };
         // SAFETY: dladdr only reads the loader's tables; a zeroed Dl_info
         // is valid for it to fill.
@@ -446,7 +470,7 @@ impl Namer {
         } as u64;
         let own = symbols.as_ref().and_then(|s| s.lookup(probe)).map(str::to_string);
         let function = own.or(exported).map_or_else(|| "??".to_string(), |s| demangle(&s));
-        let line = if found && !path.is_empty() { self.lines.find(&path, probe) } else { None };
+        let line = if with_line && found && !path.is_empty() { self.lines.find(&path, probe) } else { None };
         match line {
             Some(l) => {
                 Frame { function, file: Some(l.file), line: Some(l.line), text: l.text, ip: Some(ip as u64), object }

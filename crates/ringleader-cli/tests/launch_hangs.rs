@@ -7,7 +7,18 @@ mod common;
 
 use common::{run, start_env, Scratch};
 use ringleader::{Communicator, ReduceOp};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// One job of this file at a time: the 32-rank job alone loads both cores
+/// of a small machine for seconds, and the tests here assert how soon a
+/// verdict comes (a 3-rank job's took 10.5 s beside it on a 2-core VM, 4.9 s
+/// alone).
+static ONE_JOB: Mutex<()> = Mutex::new(());
+
+fn one_job() -> MutexGuard<'static, ()> {
+    ONE_JOB.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const SCENARIO: &str = "RL_LAUNCH_SCENARIO";
 
@@ -163,6 +174,7 @@ fn verdict_ms(stdout: &str) -> u64 {
 
 #[test]
 fn a_skipped_collective_under_launch_names_rank_1_at_once() {
+    let _one = one_job();
     let out = launch("2", "skip");
     assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("[rank0]: VERDICT [missed-collective] rank 1"), "{}", out.stdout);
@@ -173,6 +185,7 @@ fn a_skipped_collective_under_launch_names_rank_1_at_once() {
 
 #[test]
 fn a_killed_rank_under_launch_is_named_with_how_it_ended() {
+    let _one = one_job();
     let out = launch("3", "killed");
     assert!(out.stderr.contains("rank 1") && out.stderr.contains("SIGKILL"), "launcher: {}", out.stderr);
     for r in [0, 2] {
@@ -192,6 +205,7 @@ const SLEEP_TIMEOUT_S: u64 = 4;
 
 #[test]
 fn a_failed_job_ends_within_2_s_of_its_verdict() {
+    let _one = one_job();
     let exe = std::env::current_exe().unwrap();
     let timeout = format!("RINGLEADER_TIMEOUT={SLEEP_TIMEOUT_S}");
     let scenario = format!("{SCENARIO}=sleep");
@@ -239,6 +253,7 @@ fn a_failed_job_ends_within_2_s_of_its_verdict() {
 
 #[test]
 fn the_verdict_shows_the_function_a_rust_rank_sleeps_in() {
+    let _one = one_job();
     let exe = std::env::current_exe().unwrap();
     let dumps = Scratch::new("launch-sleep-named");
     let dump_dir = format!("RINGLEADER_DUMP_DIR={}", dumps.path());
@@ -272,6 +287,7 @@ fn the_verdict_shows_the_function_a_rust_rank_sleeps_in() {
 
 #[test]
 fn analyze_names_the_late_rank_and_writes_a_timeline_of_a_failed_4_rank_job() {
+    let _one = one_job();
     let exe = std::env::current_exe().unwrap();
     let dumps = Scratch::new("launch-late-then-skip");
     let dump_dir = format!("RINGLEADER_DUMP_DIR={}", dumps.path());
@@ -347,6 +363,7 @@ const QUIET_RANKS: usize = 32;
 
 #[test]
 fn a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most() {
+    let _one = one_job();
     let exe = std::env::current_exe().unwrap();
     let scenario = format!("{SCENARIO}=quiet_sleep");
     let n = QUIET_RANKS.to_string();
@@ -396,6 +413,7 @@ fn a_hang_in_a_32_rank_job_writes_a_line_per_rank_at_most() {
 
 #[test]
 fn status_writes_the_timeline_of_a_running_job() {
+    let _one = one_job();
     let exe = std::env::current_exe().unwrap();
     let dir = Scratch::new("launch-running-trace");
     let scratch = format!("RL_SCRATCH={}", dir.path());
