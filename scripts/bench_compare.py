@@ -141,17 +141,11 @@ def run_mpi(args, op, n, btl):
         cmd += ["--mca", "btl", "tcp,self"]
     cmd += [sys.executable, os.path.abspath(__file__), "--mpi-worker", "--op", op,
             "--root", str(args.root)] + base.size_args(args)
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    try:
-        out, err = p.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        base.kill_group(p)
-        p.wait()
-        raise RuntimeError(f"openmpi-{btl} {op} x{n}: still running after {args.timeout:.0f} s; killed")
-    if p.returncode != 0:
+    code, out, err = base.run_bounded(cmd, f"openmpi-{btl} {op} x{n}", args.timeout,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if code != 0:
         tail = "\n    ".join((err.strip() or out.strip()).splitlines()[-8:])
-        raise RuntimeError(f"openmpi-{btl} {op} x{n}: exited with {p.returncode}:\n    {tail}")
+        raise RuntimeError(f"openmpi-{btl} {op} x{n}: exited with {code}:\n    {tail}")
     return {r["bytes"]: r for r in map(json.loads, filter(None, out.splitlines()))}
 
 
@@ -228,19 +222,12 @@ def run_mpi_c(args, op, n, btl):
             cmd.insert(1, "--allow-run-as-root")
         cmd += MPI_BTL_ARGS[btl] + [args.mpi_bench_path, "--op", op, "--root", str(args.root),
                                     "--json", out_json, "--lib", f"openmpi-c-{btl}"] + base.size_args(args)
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            base.kill_group(p)
-            p.wait()
-            raise RuntimeError(f"ompi-c-{btl} {op} x{n}: still running after {args.timeout:.0f} s; killed")
+        code, out, err = base.run_bounded(cmd, f"ompi-c-{btl} {op} x{n}", args.timeout)
         rows = read_json_lines(out_json)
         # Exit status 1 with rows: a wrong result, counted in the rows.
-        if p.returncode != 0 and not (p.returncode == 1 and rows):
+        if code != 0 and not (code == 1 and rows):
             tail = "\n    ".join((err.strip() or out.strip()).splitlines()[-12:])
-            raise RuntimeError(f"ompi-c-{btl} {op} x{n}: exited with {p.returncode}:\n    {tail}")
+            raise RuntimeError(f"ompi-c-{btl} {op} x{n}: exited with {code}:\n    {tail}")
         return rows
 
 

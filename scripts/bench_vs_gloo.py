@@ -252,6 +252,20 @@ def kill_group(p):
         pass
 
 
+def run_bounded(cmd, label, timeout, env=None):
+    """Runs `cmd` in a session of its own, at most `timeout` s (then kills
+    the whole group and raises, naming `label`); returns (code, out, err)."""
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        p.wait()
+        raise RuntimeError(f"{label}: still running after {timeout:.0f} s; killed")
+    return p.returncode, out, err
+
+
 def size_args(args):
     if args.sizes:
         out = ["--sizes", ",".join(map(str, args.sizes))]
@@ -313,17 +327,10 @@ def run_ringleader(args, op, n):
         cmd = [args.ringleader, "perf", "--op", op, "--nproc", str(n), "--root", str(args.root),
                "--transport", args.transport, "--json", out_json,
                "--time-limit", str(max(5, args.timeout - 5))] + size_args(args)
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(p)
-            p.wait()
-            raise RuntimeError(f"ringleader {op} x{n}: still running after {args.timeout:.0f} s; killed")
-        if p.returncode != 0:
+        code, out, err = run_bounded(cmd, f"ringleader {op} x{n}", args.timeout)
+        if code != 0:
             tail = "\n    ".join((err.strip() or out.strip()).splitlines()[-12:])
-            raise RuntimeError(f"ringleader {op} x{n}: exited with {p.returncode}:\n    {tail}")
+            raise RuntimeError(f"ringleader {op} x{n}: exited with {code}:\n    {tail}")
         rows = {}
         with open(out_json) as f:
             for line in f:
