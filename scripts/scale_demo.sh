@@ -20,6 +20,19 @@ cargo build --release -q -p ringleader-cli -p ringleader --example scale_demo --
 bin=target/release/ringleader
 demo=target/release/examples/scale_demo
 out=$(mktemp -d)
+
+# Copies standard input to FILE, and each line with the Unix time it was
+# read (microseconds) to FILE.t: when a rank printed its verdict, even if
+# the launcher ended it before it could record that itself.
+stamp() {
+    python3 -u -c '
+import sys, time
+with open(sys.argv[1], "w") as plain, open(sys.argv[1] + ".t", "w") as timed:
+    for line in sys.stdin:
+        plain.write(line)
+        timed.write(f"{int(time.time() * 1e6)} {line}")
+' "$1"
+}
 echo "# $ranks ranks, load average before: $(cut -d' ' -f1-3 /proc/loadavg); files under $out"
 
 for s in "${scenarios[@]}"; do
@@ -29,7 +42,7 @@ for s in "${scenarios[@]}"; do
     # TCP: the default shared-memory rings would ask for 2 MiB per local
     # peer and stream, far beyond /dev/shm at this many ranks on one host.
     SCALE_DEMO_TIMES=$dir/times RINGLEADER_TRANSPORT=tcp RINGLEADER_TIMEOUT=${RINGLEADER_TIMEOUT:-20} \
-        timeout 300 "$bin" launch --nproc-per-node "$ranks" -- "$demo" "$s" >"$dir/stdout" 2>"$dir/stderr" || true
+        timeout 300 "$bin" launch --nproc-per-node "$ranks" -- "$demo" "$s" 2>&1 >"$dir/stdout" | stamp "$dir/stderr" || true
     end=$(date +%s.%N)
     python3 - "$dir" "$s" "$ranks" "$start" "$end" <<'EOF'
 import collections, os, pathlib, re, statistics, sys
@@ -37,7 +50,11 @@ d, scenario, ranks, start, end = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys
 lines = {int(p.name.split("-")[1]): p.read_text().strip() for p in (d / "times").iterdir()}
 kinds = collections.Counter(l.split()[1] for l in lines.values() if l.startswith("failed "))
 killed = [int(m.group(1)) for l in lines.values() if (m := re.match(r"victim killed at (\d+)", l))]
-delays = []
+delays, printed = [], []
+for l in (d / "stderr.t").read_text().splitlines():
+    at, _, text = l.partition(" ")
+    if "] error: [" in text and killed:
+        printed.append((int(at) - killed[0]) / 1e6)
 for l in lines.values():
     m = re.match(r"failed \S+ at (\d+) \(entered (\d+)\)", l)
     if m:
@@ -51,6 +68,8 @@ print(f"first all_reduce done {first.group(1) if first else '?'} s after rank 0 
 if delays:
     since = "the kill" if killed else "entering the collective"
     print(f"failure known {min(delays):.2f} s to {max(delays):.2f} s after {since} (median {statistics.median(delays):.2f} s)")
+if printed:
+    print(f"{len(printed)} ranks printed a verdict, {min(printed):.2f} s to {max(printed):.2f} s after the kill (median {statistics.median(printed):.2f} s; read off the launcher's output)")
 print(f"a rank's line: {verdict[:300]}")
 print(f"whole job's log: {len(out.encode()) + len(err.encode())} bytes ({len(err.splitlines())} lines on stderr)")
 EOF

@@ -68,14 +68,16 @@ impl Shared {
                 (self.decide_alone(&observation, &ended_before), None)
             }
         };
-        let dumped = self.write_dump_with(Some(observation), Some(&diagnosis), job);
-        if let Some(dir) = dumped.as_ref().and_then(|p| p.parent()) {
-            diagnosis.hints.push(format!(
-                "flight recorder dumps: {} (`ringleader analyze {}`)",
-                dir.display(),
-                dir.display()
-            ));
-        }
+        // The verdict is printed before this rank's dump is written: the
+        // dump holds its stacks, whose capture can take seconds on a
+        // crowded host, and the launcher ends the job soon after the
+        // verdict is out. The dump's folder is known beforehand.
+        let dir = self.cfg.run_dump_dir();
+        diagnosis.hints.push(format!(
+            "flight recorder dumps: {} (`ringleader analyze {}`)",
+            dir.display(),
+            dir.display()
+        ));
         if let Some(r) = self.whole_verdict_printer(&diagnosis) {
             // One rank per host prints the whole verdict (with where the
             // dumps are); the others show one short line (what failed, who
@@ -89,6 +91,8 @@ impl Shared {
         // error itself carries the full verdict.
         let text = err.to_string();
         log::error(&self.cfg, text.lines().next().unwrap_or_default());
+        let Error::Collective(d) = &err else { return err };
+        self.write_dump_with(Some(observation), Some(d), job);
         err
     }
 
@@ -115,10 +119,14 @@ impl Shared {
         let mut store = self.store.lock();
         let record = AbortRecord { rank: self.rank, observation: observation.clone() };
         let decides = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default())?;
-        let mut mine = agreement::compact(self.snapshot(Some(observation.clone())));
-        // Where this rank's threads are, before the snapshot goes out (the
-        // decider's verdict shows a culprit's own line from it).
-        mine.stacks = self.failure_stacks().map(|s| s.compact());
+        // Without stacks: this rank failed inside an operation, where the
+        // flight recorder already says what it waits in and where it was
+        // called. Its stacks go to its dump after its verdict (see
+        // `resolve`); capturing them first, with every rank of a big job
+        // doing so at once, delayed every verdict by seconds. The ranks a
+        // verdict shows stacks of are outside any operation, and their
+        // monitor publishes them (`Monitor::news`).
+        let mine = agreement::compact(self.snapshot(Some(observation.clone())));
         store.set(&keys::snapshot(self.rank), mine.to_json().as_bytes())?;
         if let Some(d) = agreed(&mut store)? {
             return Ok((d, None));

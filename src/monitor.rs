@@ -319,7 +319,11 @@ impl Monitor {
                 };
                 sh.abort.abort(Error::aborted(reason));
             }
-            if !self.published && self.capturing.is_none() {
+            // A rank inside a collective publishes from its failing call,
+            // which the abort ends at once; capturing its stacks here too
+            // would only delay that call (captures run one at a time).
+            let outside = sh.current.lock().is_none();
+            if !self.published && self.capturing.is_none() && outside {
                 // Idle ranks too must say where they are, with where their
                 // threads are (a rank outside any collective is often the
                 // culprit: the verdict shows its own line from these
