@@ -24,10 +24,11 @@ use ringleader_core::fault::{self, Point};
 use ringleader_core::reduce::finish_avg;
 use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
 use ringleader_diag::CallSite;
-use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot};
+use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot, Started};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{AnyLink, Buf, Driver, OpInfo, Plan, Region, Watch};
+use ringleader_transport::{AnyLink, Buf, Deadline, Driver, OpInfo, Plan, Region, Watch};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +55,13 @@ pub(crate) struct Submission {
     pub site: Option<CallSite>,
 }
 
+/// The largest collective (bytes per rank) whose inline run, if it never
+/// slept, is recorded as ending when its start stamp plus the time its
+/// driver saw it wait ([`Driver::spun`]) says: the driver's clock reads
+/// miss only the moving of a few kilobytes, and a clock read at the end of
+/// a sub-microsecond call costs a few percent of it.
+const AT_ONCE_MAX: u64 = 4096;
+
 /// An operation with its number and its completion.
 #[derive(Debug)]
 pub(crate) struct Job {
@@ -73,6 +81,14 @@ pub(crate) struct Job {
     /// Already marked started in the flight recorder (an inline run is
     /// recorded and started in one step).
     started: bool,
+    /// An inline run's flight record, until it is written: while the
+    /// run's first frames travel (`Watch::under_way`), else before
+    /// anything else is recorded of it (`Shared::write_record`).
+    /// (Its start stamp and call site: the rest of the record is above.)
+    unwritten: Cell<Option<(u64, Option<CallSite>)>>,
+    /// How long an inline run of a small collective ran, when its driver
+    /// can tell without a clock read (see `AT_ONCE_MAX`).
+    ran: Cell<Option<Duration>>,
     /// This rank (for the error of a job dropped unfinished).
     owner: Rank,
 }
@@ -303,10 +319,11 @@ impl Shared {
         s.seq += 1;
         let seq = s.seq;
         let inline = sync && !s.busy && s.queue.is_empty();
-        let record = if inline {
-            self.fr.record_started_at(req.fp, seq, 0, req.site)
+        let (record, unwritten) = if inline {
+            let (id, at) = self.fr.begin_started(seq);
+            (id, Some((at, req.site)))
         } else {
-            self.fr.record_at(req.fp, seq, 0, req.site)
+            (self.fr.record_at(req.fp, seq, 0, req.site), None)
         };
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
@@ -323,6 +340,8 @@ impl Shared {
             timeout,
             done: None,
             started: inline,
+            unwritten: Cell::new(unwritten),
+            ran: Cell::new(None),
             owner: self.rank,
         };
         if inline {
@@ -433,6 +452,7 @@ impl Shared {
         let thread = std::thread::current();
         let place = format!("thread '{}'", thread.name().unwrap_or("unnamed"));
         let e = Error::from_panic(payload, &place, self.rank, Some((job.fp.op, job.seq)));
+        self.write_record(job);
         self.fail_internal(job.record, e)
     }
 
@@ -480,8 +500,21 @@ impl Shared {
         }
     }
 
+    /// Writes `job`'s flight record if it is still unwritten (see
+    /// `Job::unwritten`).
+    fn write_record(&self, job: &Job) {
+        if let Some((at, site)) = job.unwritten.take() {
+            self.fr.write_started(job.record, Started { fp: job.fp, seq: job.seq, p2p_seq: 0, at, site });
+        }
+    }
+
     fn execute_inner(&self, job: &Job) -> Result<()> {
+        if !matches!(job.task, Task::Coll(_)) {
+            // Only a collective's run writes it under way.
+            self.write_record(job);
+        }
         if let Some(f) = self.failure.lock().clone() {
+            self.write_record(job);
             self.fr.failed(job.record, &f.to_string(), Vec::new());
             return Err(f);
         }
@@ -498,9 +531,10 @@ impl Shared {
             (None, Task::Coll(c)) => self.run_coll(job, c),
             (None, Task::MonitoredBarrier { timeout, wait_all }) => self.monitored_barrier(job, timeout, wait_all),
         };
+        self.write_record(job);
         let r = match r {
             Ok(()) => {
-                self.fr.completed_seq(job.record, job.seq);
+                self.fr.completed_after(job.record, job.seq, job.ran.get());
                 Ok(())
             }
             // A monitored barrier reports late ranks; it leaves the
@@ -547,9 +581,16 @@ impl Shared {
             copy_region(&mut bufs, from, to);
         }
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
-        let deadline = Instant::now() + job.timeout + watchdog::BACKSTOP;
-        let watch = Watch { abort: &self.abort, deadline: Some(deadline), awaited: &self.awaited };
+        // Counted from the run's first sleep: the watchdog bounds the
+        // operation by its timeout; this is the backstop should it not.
+        let deadline = Deadline::AfterFirstSleep(job.timeout + watchdog::BACKSTOP);
+        let inline = job.done.is_none();
+        let write = || self.write_record(job);
+        let watch = Watch { abort: &self.abort, deadline, awaited: &self.awaited, under_way: Some(&write) };
         driver.run(links, &mut bufs, plan, &op, &watch)?;
+        if inline && job.fp.count.saturating_mul(dtype.size() as u64) <= AT_ONCE_MAX {
+            job.ran.set(driver.spun());
+        }
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
@@ -574,7 +615,6 @@ impl Shared {
         b
     }
 
-    /// This rank's snapshot.
     /// This process's stacks as of this communicator's failure: captured
     /// the first time it is asked, the same capture after that.
     pub(crate) fn failure_stacks(&self) -> Option<Arc<ringleader_diag::stacks::Stacks>> {
@@ -585,6 +625,7 @@ impl Shared {
         Some(self.stacks.lock().get_or_insert(s).clone())
     }
 
+    /// This rank's snapshot.
     pub(crate) fn snapshot(&self, observation: Option<Observation>) -> Snapshot {
         let mut s = Snapshot::new(self.rank, self.world, &self.host, std::process::id(), &self.cfg.run_id)
             .in_group(self.cfg.group.clone());

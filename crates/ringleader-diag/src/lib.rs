@@ -30,6 +30,6 @@ pub mod trace;
 pub mod verdict;
 
 pub use callsite::CallSite;
-pub use recorder::{Entry, FlightRecorder, State};
+pub use recorder::{Entry, FlightRecorder, Started, State};
 pub use snapshot::{Beat, Liveness, Observation, PeerView, Snapshot};
 pub use verdict::{verdict, Evidence};

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::panic::Location;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Lifecycle of one recorded operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +189,10 @@ struct Slot {
 
 /// The bit of `done` that says the operation failed (stamps never reach it).
 const FAILED: u64 = 1 << 63;
+/// Set in [`Slot::done`] when the rest is not a stamp but the nanoseconds
+/// the operation ran after it started ([`FlightRecorder::completed_after`]).
+/// A stamp never has it: the counter would need decades to reach it.
+const AFTER: u64 = 1 << 62;
 
 /// What a reader copies out of a slot.
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +205,22 @@ struct Record {
     done: u64,
     failed: bool,
     site: Option<CallSite>,
+}
+
+/// What [`FlightRecorder::write_started`] writes of an operation begun
+/// with [`FlightRecorder::begin_started`].
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// The call.
+    pub fp: Fingerprint,
+    /// Its collective sequence number (0 for send/recv).
+    pub seq: u64,
+    /// Its send/recv sequence number (0 for collectives).
+    pub p2p_seq: u64,
+    /// The start stamp `begin_started` returned.
+    pub at: u64,
+    /// Where the user's code made the call.
+    pub site: Option<CallSite>,
 }
 
 /// A call site as one word: the address of its `Location` or of its
@@ -294,7 +314,11 @@ impl Slot {
             // Stamps out of order came from an operation that lost this
             // slot (see the module docs): unknown rather than wrong.
             let started = if started >= created { started } else { 0 };
-            let ended = done != 0 && done & !FAILED >= started.max(created);
+            let ended = match done & !FAILED {
+                0 => false,
+                d if d & AFTER != 0 => started != 0,
+                d => d >= started.max(created),
+            };
             return Some(Record {
                 id: v1 / 2 - 1,
                 seq,
@@ -342,7 +366,10 @@ impl Record {
             state,
             time_created_ns: clock.wall_ns(self.created),
             time_discovered_started_ns: stamp(self.started),
-            time_discovered_completed_ns: stamp(self.done),
+            time_discovered_completed_ns: match self.done {
+                d if d & AFTER != 0 => stamp(self.started).map(|t| t.saturating_add(d & !AFTER)),
+                d => stamp(d),
+            },
             timeout_ms,
             awaited_peers: failure.map(|f| f.awaited.clone()).unwrap_or_default(),
             error: failure.map(|f| f.error.clone()),
@@ -401,10 +428,30 @@ impl FlightRecorder {
     /// [`record_started`](Self::record_started), keeping where the call
     /// was made.
     pub fn record_started_at(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> u64 {
-        let t = clock::now();
-        let id = self.insert(fp, seq, p2p_seq, Some(t), site);
-        self.mark_running(id, seq, t);
+        let (id, t) = self.begin_started(seq);
+        self.write_started(id, Started { fp, seq, p2p_seq, at: t, site });
         id
+    }
+
+    /// The first half of [`record_started_at`](Self::record_started_at):
+    /// numbers an operation that starts at once and marks it running (the
+    /// watchdog and the heartbeat see it from here on), without writing
+    /// its record; returns its id and start stamp. The caller writes the
+    /// record with [`write_started`](Self::write_started) before anything
+    /// else is recorded of it. Split so that a blocking call can write its
+    /// record while its first frames travel, off the latency of the call.
+    pub fn begin_started(&self, seq: u64) -> (u64, u64) {
+        let t = clock::now();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.mark_running(id, seq, t);
+        (id, t)
+    }
+
+    /// The second half of [`record_started_at`](Self::record_started_at):
+    /// writes the record of operation `id`, begun with
+    /// [`begin_started`](Self::begin_started).
+    pub fn write_started(&self, id: u64, s: Started) {
+        self.write(id, s.fp, s.seq, s.p2p_seq, Some(s.at), s.site);
     }
 
     /// Collectives of one communicator start and end one at a time (the
@@ -434,6 +481,11 @@ impl FlightRecorder {
 
     fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.write(id, fp, seq, p2p_seq, started, site);
+        id
+    }
+
+    fn write(&self, id: u64, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) {
         if let Some(slot) = self.slot(id) {
             let created = started.unwrap_or_else(clock::now);
             let started = started.unwrap_or(0);
@@ -443,7 +495,6 @@ impl FlightRecorder {
                 prefetch(next);
             }
         }
-        id
     }
 
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
@@ -468,6 +519,14 @@ impl FlightRecorder {
 
     /// Marks `id` (collective `seq`, 0 for point-to-point) completed.
     pub fn completed_seq(&self, id: u64, seq: u64) {
+        self.completed_after(id, seq, None);
+    }
+
+    /// [`completed_seq`](Self::completed_seq), `ran` after it started when
+    /// the caller knows that without reading the clock: a clock read at
+    /// the end of a sub-microsecond collective costs a few percent of it,
+    /// on every call.
+    pub fn completed_after(&self, id: u64, seq: u64, ran: Option<Duration>) {
         let p = &self.progress;
         if seq > 0 {
             Self::raise(&p.last_completed, seq);
@@ -475,7 +534,11 @@ impl FlightRecorder {
         }
         p.running.store(0, Ordering::Release);
         if let Some(slot) = self.slot(id) {
-            slot.finish(id, clock::now(), false);
+            let done = match ran {
+                Some(d) => AFTER | u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).min(AFTER - 1),
+                None => clock::now(),
+            };
+            slot.finish(id, done, false);
         }
     }
 
@@ -547,6 +610,26 @@ mod tests {
         let e = fr.entry(b).unwrap();
         assert_eq!((e.state, e.awaited_peers.clone()), (State::Failed, vec![1]));
         assert_eq!(e.label(), "all_reduce #2");
+    }
+
+    #[test]
+    fn a_record_written_under_way_and_ended_by_its_length_reads_whole() {
+        let fr = FlightRecorder::new(4, 1000);
+        let fp = Fingerprint::new(OpKind::AllReduce, DType::F32, 2);
+        let (id, at) = fr.begin_started(7);
+        // Running before its record is written: the watchdog sees it.
+        assert_eq!(fr.progress().running.load(Ordering::Relaxed), id + 1);
+        fr.write_started(id, Started { fp, seq: 7, p2p_seq: 0, at, site: None });
+        fr.completed_after(id, 7, Some(Duration::from_micros(3)));
+        let e = fr.entry(id).unwrap();
+        assert_eq!((e.state, e.label()), (State::Completed, "all_reduce #7".to_string()));
+        let (start, end) = (e.time_discovered_started_ns.unwrap(), e.time_discovered_completed_ns.unwrap());
+        assert_eq!(end - start, 3000);
+        // A length as long as the flag allows stays a length, not a stamp.
+        let (id, at) = fr.begin_started(8);
+        fr.write_started(id, Started { fp, seq: 8, p2p_seq: 0, at, site: None });
+        fr.completed_after(id, 8, Some(Duration::MAX));
+        assert_eq!(fr.entry(id).unwrap().state, State::Completed);
     }
 
     #[test]

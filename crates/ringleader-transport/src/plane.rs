@@ -18,7 +18,7 @@
 //! its queue-pair endpoints through the store, so it stays with the
 //! runtime and calls [`handshake`] from there.
 
-use crate::driver::{Driver, Idle, Watch};
+use crate::driver::{Deadline, Driver, Idle, Watch};
 use crate::link::AnyLink;
 use crate::plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use crate::shm::{segment_name, Domain, Waiter};
@@ -167,6 +167,7 @@ pub fn handshake(
         plan.recv(chan, Region::new(0, 0, 0), RecvMode::Copy, None, None);
     }
     let op = OpInfo { seq: 0, fingerprint: Fingerprint::new(OpKind::Barrier, DType::U8, 0), checks: true };
-    let watch = Watch { abort, deadline: Some(deadline), awaited: &ringleader_core::RankSet::new(0) };
+    let watch =
+        Watch { abort, deadline: Deadline::At(deadline), awaited: &ringleader_core::RankSet::new(0), under_way: None };
     Driver::new().run(links, &mut [Buf::Rw(&mut [])], &plan, &op, &watch)
 }

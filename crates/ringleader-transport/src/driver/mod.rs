@@ -54,6 +54,7 @@ mod tests;
 
 pub use frame_io::say_goodbye;
 pub use wait::Idle;
+use wait::IdleSpan;
 
 use crate::link::{AnyLink, Wake};
 use crate::plan::{Buf, Chan, OpInfo, Plan};
@@ -61,22 +62,64 @@ use crate::shm::Waiter;
 use chan::ChanRun;
 use ringleader_core::{AbortSignal, Rank, RankSet, Result};
 use send::SendPolicy;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The links a driver runs over: `links[peer][stream]`.
 pub type Links = [Vec<AnyLink>];
 
 /// What bounds and watches a run: the abort signal that ends it, the
-/// deadline past which it times out, and where it publishes the peers it
-/// waits for.
-#[derive(Debug, Clone, Copy)]
+/// deadline past which it times out, where it publishes the peers it
+/// waits for, and what the caller does while the first frames travel.
+#[derive(Clone, Copy)]
 pub struct Watch<'a> {
     /// Ends the run at once when raised.
     pub abort: &'a AbortSignal,
-    /// The run times out past this instant.
-    pub deadline: Option<Instant>,
+    /// When the run times out.
+    pub deadline: Deadline,
     /// While blocked, the ranks the run waits for are published here.
     pub awaited: &'a RankSet,
+    /// Called once per run, after its first pass over its links: its
+    /// first frames are then on their way, and the peers' answers take a
+    /// while. Bookkeeping done here (the runtime writes the call's flight
+    /// record) is off the critical path of a small collective, where done
+    /// before the run it would delay every peer by as much.
+    pub under_way: Option<&'a dyn Fn()>,
+}
+
+impl std::fmt::Debug for Watch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("abort", &self.abort)
+            .field("deadline", &self.deadline)
+            .field("awaited", &self.awaited)
+            .field("under_way", &self.under_way.is_some())
+            .finish()
+    }
+}
+
+/// When a run times out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// Never: the caller bounds the run some other way.
+    Never,
+    /// Past this instant.
+    At(Instant),
+    /// This long after the run first has to sleep. A run that never sleeps
+    /// (its spinning and yielding are bounded by the [`Idle`] policy) then
+    /// reads no clock for its deadline, which at small messages is a
+    /// noticeable part of the whole call.
+    AfterFirstSleep(std::time::Duration),
+}
+
+impl Deadline {
+    /// The instant it names, for a run that first sleeps at `now`.
+    fn resolve(self, now: Instant) -> Option<Instant> {
+        match self {
+            Deadline::Never => None,
+            Deadline::At(t) => Some(t),
+            Deadline::AfterFirstSleep(d) => now.checked_add(d),
+        }
+    }
 }
 
 /// Runs plans. Holds per-link scratch that is reused between collectives,
@@ -97,6 +140,9 @@ pub struct Driver {
     waiter: Option<Waiter>,
     /// What to do before sleeping when no link can move.
     idle: Idle,
+    /// The current or last run's idle time while it has not slept (see
+    /// [`Driver::spun`]).
+    spun: Option<Duration>,
     /// The peers last published as awaited (what `awaited` holds from us).
     published: smallvec::SmallVec<[Rank; 8]>,
 }
@@ -136,6 +182,21 @@ impl Driver {
     /// ```
     pub fn set_splice_min(&mut self, min: Option<usize>) {
         self.policy.splice_min = min;
+    }
+
+    /// How long the last run waited for its peers, if it never slept: its
+    /// idle stretches as of their last clock reads, so a little less than
+    /// it waited (see `wait::CLOCK_EVERY`). A run that never waited: zero.
+    /// Lets the caller tell when a short run ended without reading the
+    /// clock itself; `None` after a run that slept (or failed).
+    pub fn spun(&self) -> Option<Duration> {
+        self.spun
+    }
+
+    fn add_spun(&mut self, span: &IdleSpan) {
+        if let Some(t) = &mut self.spun {
+            *t += span.lasted();
+        }
     }
 
     /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
@@ -220,8 +281,12 @@ impl Driver {
         watch: &Watch<'_>,
         streams: usize,
     ) -> Result<()> {
-        let mut idle_since: Option<Instant> = None;
+        let mut idle = IdleSpan::default();
+        // Resolved when the run first sleeps (see `Deadline`).
+        let mut due: Option<Option<Instant>> = None;
+        self.spun = Some(Duration::ZERO);
         let shm_only = self.active.iter().all(|&ci| matches!(links[ci / streams][ci % streams].wake(), Wake::Doorbell));
+        let mut under_way = watch.under_way;
         loop {
             let mut progressed = false;
             let mut finished = true;
@@ -232,19 +297,24 @@ impl Driver {
                 progressed |= self.pump_recvs(ci, link, bufs, plan, op)?;
                 finished &= self.chans[ci].finished();
             }
+            if let Some(f) = under_way.take() {
+                f();
+            }
             if finished {
+                self.add_spun(&idle);
                 return Ok(());
             }
             if progressed {
-                idle_since = None;
+                self.add_spun(&std::mem::take(&mut idle));
                 continue;
             }
             watch.abort.check()?;
-            if self.idle(&mut idle_since, shm_only) {
+            if self.idle(&mut idle, shm_only) {
                 continue;
             }
-            self.wait(links, plan, watch, op, streams)?;
-            idle_since = None;
+            self.spun = None;
+            self.wait(links, plan, watch, op, streams, &mut due)?;
+            idle = IdleSpan::default();
         }
     }
 }

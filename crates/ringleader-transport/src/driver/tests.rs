@@ -37,8 +37,8 @@ impl Side {
     }
 
     fn run_op(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration, op: &OpInfo) -> Result<()> {
-        let deadline = Some(Instant::now() + within);
-        let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0) };
+        let deadline = Deadline::At(Instant::now() + within);
+        let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0), under_way: None };
         self.driver.run(&mut self.links, bufs, plan, op, &watch)
     }
 

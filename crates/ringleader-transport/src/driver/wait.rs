@@ -90,9 +90,9 @@ impl Idle {
     }
 
     /// Polls once more (spinning or yielding) instead of sleeping, when a
-    /// wait has lasted `idle` so far; `false`: time to sleep.
+    /// wait has lasted `idle` so far.
     /// `shared_memory_only`: every pending link is in shared memory.
-    fn keep_polling(self, idle: Duration, shared_memory_only: bool) -> bool {
+    fn keep_polling(self, idle: Duration, shared_memory_only: bool) -> Pass {
         match self {
             // Over shared memory a peer answers within a few microseconds
             // if it runs at all. Past that, it may be waiting for our core:
@@ -103,19 +103,52 @@ impl Idle {
             // longer than this, and the yields slowed them by 5-8%.)
             Idle::Spin(d) if shared_memory_only && idle >= SPIN_ALONE && idle < d => {
                 std::thread::yield_now();
-                true
+                Pass::Yielded
             }
             Idle::Spin(d) if idle < d => {
                 std::hint::spin_loop();
-                true
+                Pass::Spun
             }
             Idle::Yield(d) if idle < d => {
                 std::thread::yield_now();
-                true
+                Pass::Yielded
             }
-            _ => false,
+            _ => Pass::Sleep,
         }
     }
+}
+
+impl IdleSpan {
+    /// How long the stretch had lasted at its last clock read.
+    pub(super) fn lasted(&self) -> Duration {
+        self.lasted
+    }
+}
+
+/// What one idle pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Spun,
+    Yielded,
+    /// Nothing: the polling budget is spent.
+    Sleep,
+}
+
+/// Spinning passes between two clock reads. A read costs about as much as
+/// a pass over a few links (tens of nanoseconds in a virtual machine), and
+/// reading on every pass only delays noticing the peer; the spin budgets
+/// are microseconds, so a few passes more do not matter.
+const CLOCK_EVERY: u32 = 8;
+
+/// One idle stretch of a run: when it began and how long it has lasted, as
+/// of the last clock read (on its first pass, every [`CLOCK_EVERY`]
+/// spinning passes, and after every yield, which may have lasted long).
+#[derive(Debug, Default)]
+pub(super) struct IdleSpan {
+    since: Option<Instant>,
+    lasted: Duration,
+    /// Passes since the last read; `None`: read on the next pass.
+    unread: Option<u32>,
 }
 
 /// What a waiting rank sleeps on: the descriptors to poll (the first
@@ -174,11 +207,25 @@ impl<'a> Sleeper<'a> {
 }
 
 impl Driver {
-    /// Polls once more instead of sleeping, per the [`Idle`] policy, after
-    /// an idle stretch that began at `since` (set on the first idle pass).
-    pub(super) fn idle(&self, since: &mut Option<Instant>, shared_memory_only: bool) -> bool {
-        let idle = since.get_or_insert_with(Instant::now).elapsed();
-        self.idle.keep_polling(idle, shared_memory_only)
+    /// Polls once more instead of sleeping, per the [`Idle`] policy, in
+    /// the idle stretch `span` (begun on its first pass).
+    pub(super) fn idle(&self, span: &mut IdleSpan, shared_memory_only: bool) -> bool {
+        match span.unread {
+            Some(n) if n < CLOCK_EVERY => span.unread = Some(n + 1),
+            _ => {
+                let now = Instant::now();
+                span.lasted = now.saturating_duration_since(*span.since.get_or_insert(now));
+                span.unread = Some(1);
+            }
+        }
+        match self.idle.keep_polling(span.lasted, shared_memory_only) {
+            Pass::Spun => true,
+            Pass::Yielded => {
+                span.unread = None;
+                true
+            }
+            Pass::Sleep => false,
+        }
     }
 
     /// Sleeps until some pending link may move, publishing the peers the
@@ -190,6 +237,7 @@ impl Driver {
         watch: &Watch<'_>,
         op: &OpInfo,
         streams: usize,
+        due: &mut Option<Option<Instant>>,
     ) -> Result<()> {
         let mut sleeper = Sleeper::new(&[watch.abort.fd()]);
         let mut waiting_for: SmallVec<[Rank; 8]> = SmallVec::new();
@@ -235,7 +283,7 @@ impl Driver {
         }
         let now = Instant::now();
         let mut left = MAX_POLL;
-        if let Some(d) = watch.deadline {
+        if let Some(d) = *due.get_or_insert_with(|| watch.deadline.resolve(now)) {
             if now >= d {
                 return Err(Error::Timeout {
                     op: op.fingerprint.op,

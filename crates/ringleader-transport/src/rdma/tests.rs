@@ -6,7 +6,7 @@
 use super::link::WaitError;
 use super::model::{Control, Fabric};
 use super::*;
-use crate::driver::{Driver, Watch};
+use crate::driver::{Deadline, Driver, Watch};
 use crate::link::{AnyLink, ReadOutcome};
 use crate::plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 use ringleader_core::{AbortSignal, DType, Error, ErrorKind, Fingerprint, OpKind, ReduceOp};
@@ -312,9 +312,9 @@ fn run_side(
     }
     let op = OpInfo { seq: 1, fingerprint: fp, checks: true };
     let abort = AbortSignal::new().unwrap();
-    let deadline = Some(Instant::now() + Duration::from_secs(20));
+    let deadline = Deadline::At(Instant::now() + Duration::from_secs(20));
     let mut bufs = [Buf::Rw(data), Buf::Rw(&mut scratch)];
-    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0), under_way: None };
     Driver::new().run(links, &mut bufs, &plan, &op, &watch)
 }
 
@@ -383,9 +383,9 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
         let mut plan = Plan::default();
         plan.recv(chan, Region::new(0, 0, 100_000), RecvMode::Copy, None, None);
         let op = OpInfo { seq: 7, fingerprint: fp, checks: true };
-        let deadline = Some(Instant::now() + Duration::from_millis(500));
+        let deadline = Deadline::At(Instant::now() + Duration::from_millis(500));
         let abort = AbortSignal::new().unwrap();
-        let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+        let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0), under_way: None };
         Driver::new().run(&mut lb, &mut [Buf::Rw(&mut d)], &plan, &op, &watch)
     });
     let d = vec![1u8; 100_000];
@@ -394,11 +394,11 @@ fn an_error_completion_under_the_driver_names_the_peer_the_collective_and_its_nu
     plan.send(chan, Region::new(0, 0, 100_000), None);
     let op = OpInfo { seq: 7, fingerprint: fp, checks: true };
     let abort = AbortSignal::new().unwrap();
-    let deadline = Some(Instant::now() + Duration::from_secs(10));
+    let deadline = Deadline::At(Instant::now() + Duration::from_secs(10));
     // A send completes locally once posted: the failure surfaces at the
     // next call on the link, here the goodbye-like second frame.
     plan.send(chan, Region::new(0, 0, 8), None);
-    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0) };
+    let watch = Watch { abort: &abort, deadline, awaited: &ringleader_core::RankSet::new(0), under_way: None };
     let e = Driver::new().run(&mut la, &mut [Buf::Ro(&d)], &plan, &op, &watch).unwrap_err();
     let s = e.to_string();
     assert_eq!(e.kind(), ErrorKind::PeerDied, "{s}");
