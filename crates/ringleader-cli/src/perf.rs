@@ -16,7 +16,9 @@
 //!   nccl-tests' table ([`report`]) and appends the JSON lines.
 //!
 //! Sizes parse as nccl-tests' (`-b 8 -e 64M -f 2`, [`sizes`]), or come as a
-//! list (`--sizes 8,1M,64M`). The other options follow nccl-tests' where
+//! list (`--sizes 8,1M,64M`). barrier moves no data ([`spec::moves_data`]):
+//! it runs one row of size 0 whatever the sizes say, in its one form, with
+//! nothing to check. The other options follow nccl-tests' where
 //! they fit a CPU library (`-d -o -r -n -w -m -a -c -z`); `-G` (CUDA graphs)
 //! is refused unless 0. The exit status is 0 when every result was right,
 //! 1 when a result was wrong or a rank failed, 2 for bad arguments.
@@ -37,13 +39,20 @@ mod worker;
 
 use clap::Args;
 use ringleader_core::{DType, Error, OpKind, ReduceOp};
-use spec::Average;
+use spec::{moves_data, Average};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// The collectives `perf` measures.
-const OPS: [OpKind; 6] =
-    [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter, OpKind::Broadcast, OpKind::Reduce, OpKind::AllToAll];
+const OPS: [OpKind; 7] = [
+    OpKind::AllReduce,
+    OpKind::AllGather,
+    OpKind::ReduceScatter,
+    OpKind::Broadcast,
+    OpKind::Reduce,
+    OpKind::AllToAll,
+    OpKind::Barrier,
+];
 
 /// Exit code of a worker whose results were wrong (it ran to the end).
 pub(crate) const WRONG_RESULTS: i32 = 3;
@@ -74,6 +83,11 @@ input; in-place reduce_scatter writes a separate output, then copies it into the
 the input; in-place all_to_all copies the buffer into a separate send buffer. The header names the \
 emulated group. With --device cuda only the API's own form is measured; the other group prints N/A.
 
+barrier moves no data: it runs one row, size 0 and count 0, whatever -b/-e/-f/--sizes say (they are \
+ignored, not refused); algbw and busbw are 0, #wrong is N/A (there is nothing to check, as with -c 0), \
+and its one form is printed in place (the out-of-place group prints N/A). -d, -o and -r do not apply \
+to it; --device cuda is refused (there are no buffers to put on a GPU).
+
 Defaults that differ from nccl-tests': -a 3 (nccl-tests: 1), -z 1 (nccl-tests: 0), -n adaptive \
 (nccl-tests: 20), -w 3 (nccl-tests: 5), -b 8 -e 64M -f 2. nccl-tests' --op is the reduce op; here \
 --op is the collective (nccl-tests has one program per collective) and the reduce op is -o/--redop.
@@ -81,8 +95,9 @@ Defaults that differ from nccl-tests': -a 3 (nccl-tests: 1), -z 1 (nccl-tests: 0
 Example: ringleader perf --op all_reduce --nproc 4 -b 8 -e 64M -f 2 --json results.jsonl")]
 pub(crate) struct PerfArgs {
     /// The collective: all_reduce, all_gather, reduce_scatter, broadcast,
-    /// reduce or all_to_all (nccl-tests' program names also: allreduce,
-    /// alltoall, all_gather_perf, ...).
+    /// reduce, all_to_all or barrier (nccl-tests' program names also:
+    /// allreduce, alltoall, all_gather_perf, ...). barrier has no size: one
+    /// row of size 0, -b/-e/-f/--sizes ignored.
     #[arg(long, default_value = "all_reduce", value_parser = parse_op, value_name = "OP")]
     pub(crate) op: OpKind,
 
@@ -90,7 +105,8 @@ pub(crate) struct PerfArgs {
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub(crate) nproc: usize,
 
-    /// Smallest size in bytes (K, M, G suffixes: powers of 1024).
+    /// Smallest size in bytes (K, M, G suffixes: powers of 1024); ignored
+    /// by barrier, as are -e, -f and --sizes.
     #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size, value_name = "SIZE")]
     pub(crate) min_bytes: u64,
 
@@ -231,13 +247,14 @@ impl PerfArgs {
                 format!("{} is not a rank of {} (ranks count from 0)", self.root, self.nproc),
             ));
         }
-        if self.min_bytes > self.max_bytes {
+        // barrier ignores the sizes, so it does not judge them either.
+        if moves_data(self.op) && self.min_bytes > self.max_bytes {
             return Err(Error::invalid(
                 "-b/--minbytes",
                 format!("{} is more than -e/--maxbytes {}", self.min_bytes, self.max_bytes),
             ));
         }
-        if self.step_factor < 2 && self.min_bytes < self.max_bytes {
+        if moves_data(self.op) && self.step_factor < 2 && self.min_bytes < self.max_bytes {
             return Err(Error::invalid("-f/--stepfactor", "must be at least 2"));
         }
         if self.iters == Some(0) {
@@ -263,12 +280,25 @@ impl PerfArgs {
                 "cuda needs a ringleader built with the `cuda` feature (cargo build --release -p ringleader-cli --features cuda)",
             ));
         }
+        if self.device == "cuda" && !moves_data(self.op) {
+            return Err(Error::invalid(
+                "--device",
+                format!(
+                    "{} moves no data, so there are no buffers to put on a GPU: leave --device out",
+                    self.op.name()
+                ),
+            ));
+        }
         Ok(())
     }
 
     /// The sizes to measure, smallest first: `--sizes` if given (each once),
-    /// else `-b`/`-e`/`-f`.
+    /// else `-b`/`-e`/`-f`; for barrier, which has no size, the one row of
+    /// size 0.
     fn size_list(&self) -> Vec<u64> {
+        if !moves_data(self.op) {
+            return vec![0];
+        }
         if self.sizes.is_empty() {
             return sizes::size_steps(self.min_bytes, self.max_bytes, self.step_factor);
         }
@@ -279,8 +309,11 @@ impl PerfArgs {
     }
 
     /// The header's `minBytes`, `maxBytes` and step factor (`None` for a
-    /// `--sizes` list).
+    /// `--sizes` list, and for barrier's list of one size, 0).
     fn sweep(&self) -> (u64, u64, Option<u64>) {
+        if !moves_data(self.op) {
+            return (0, 0, None);
+        }
         match (self.sizes.iter().min(), self.sizes.iter().max()) {
             (Some(&lo), Some(&hi)) => (lo, hi, None),
             _ => (self.min_bytes, self.max_bytes, Some(self.step_factor)),
@@ -299,7 +332,8 @@ impl PerfArgs {
             warmup: self.warmup,
             agg_iters: self.agg_iters,
             blocking: self.blocking == 1,
-            check: self.check,
+            // Nothing to check where no data moves: #wrong prints N/A, as with -c 0.
+            check: if moves_data(self.op) { self.check } else { 0 },
             average: Average::from_code(self.average).unwrap_or(Average::Max),
         }
     }
@@ -447,8 +481,8 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused() {
-        assert!(parse(&["--op", "barrier"]).unwrap_err().contains("all_to_all"));
-        assert!(parse(&["--op", "send"]).is_err());
+        assert!(parse(&["--op", "send"]).unwrap_err().contains("barrier"), "the message lists every op");
+        assert!(parse(&["--op", "monitored_barrier"]).is_err());
         // nccl-tests' --op is the reduce op: say where that went.
         assert!(parse(&["--op", "max"]).unwrap_err().contains("-o/--redop"));
         assert!(parse(&["-d", "f8"]).is_err());
@@ -470,6 +504,30 @@ mod tests {
             assert!(e.contains(what), "{args:?}: {e}");
         }
         assert!(parse(&["-f", "1", "-b", "8", "-e", "8"]).unwrap().validate().is_ok());
+    }
+
+    #[test]
+    fn barrier_parses_and_runs_one_row_whatever_the_sizes() {
+        for name in ["barrier", "Barrier", "barrier_perf"] {
+            assert_eq!(parse(&["--op", name]).unwrap().op, OpKind::Barrier, "{name}");
+        }
+        // The sizes are ignored, not refused, even ones that would be for
+        // another op; -c asks for nothing to check.
+        for sizes in [&[][..], &["--sizes", "8,1M"], &["-b", "64", "-e", "8"], &["-b", "8", "-e", "1M", "-f", "1"]] {
+            let a = parse(&[&["--op", "barrier", "-c", "3"][..], sizes].concat()).unwrap();
+            assert!(a.validate().is_ok(), "{sizes:?}");
+            let s = a.spec();
+            assert_eq!((s.op, s.sizes.as_slice(), s.check), (OpKind::Barrier, &[0u64][..], 0), "{sizes:?}");
+            assert_eq!(a.sweep(), (0, 0, None), "{sizes:?}");
+        }
+        // No buffers to put on a GPU.
+        let e = parse(&["--op", "barrier", "--device", "cuda"]).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("--device"), "{e}");
+        if cfg!(feature = "cuda") {
+            assert!(e.contains("moves no data"), "{e}");
+        }
+        // Every other op keeps -c.
+        assert_eq!(parse(&["--op", "broadcast", "-c", "3"]).unwrap().spec().check, 3);
     }
 
     #[test]

@@ -22,7 +22,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// - every other non-empty line is a result: 13 whitespace-separated
 ///   fields, `size count type redop root`, then `time algbw busbw #wrong`
 ///   out of place and the same four in place; `N/A` stands for a field
-///   that was not measured;
+///   that was not measured (a time or bandwidth read as NaN, so that a
+///   test expecting a number fails on it);
 /// - the end: `# Out of bounds values : N OK|FAILED` and `# Avg bus
 ///   bandwidth    : X`.
 ///
@@ -58,6 +59,7 @@ mod nccl {
     /// One column group of a result line.
     #[derive(Debug, Clone, Copy, PartialEq)]
     pub(crate) struct Group {
+        /// NaN for `N/A`, as are the bandwidths.
         pub(crate) time_us: f64,
         pub(crate) algbw: f64,
         pub(crate) busbw: f64,
@@ -101,11 +103,20 @@ mod nccl {
         s.parse().unwrap_or_else(|_| panic!("{what} {s:?} is not a number in {line:?}"))
     }
 
+    /// A number, or NaN for `N/A`.
+    fn measured(s: &str, what: &str, line: &str) -> f64 {
+        if s == "N/A" {
+            f64::NAN
+        } else {
+            num(s, what, line)
+        }
+    }
+
     fn group(f: &[&str], line: &str) -> Group {
         Group {
-            time_us: num(f[0], "time", line),
-            algbw: num(f[1], "algbw", line),
-            busbw: num(f[2], "busbw", line),
+            time_us: measured(f[0], "time", line),
+            algbw: measured(f[1], "algbw", line),
+            busbw: measured(f[2], "busbw", line),
             wrong: if f[3] == "N/A" { None } else { Some(num(f[3], "#wrong", line)) },
         }
     }
@@ -351,6 +362,69 @@ fn all_reduce_two_ranks_writes_json_lines_that_match_the_table() {
 }
 
 #[test]
+fn barrier_two_ranks_over_shm_and_tcp_is_one_row_of_size_0() {
+    for transport in ["shm", "tcp"] {
+        let dir = Scratch::new(&format!("perf-barrier-{transport}"));
+        let json = dir.0.join("out.jsonl");
+        // Sizes asked for are ignored (barrier has none), -c finds nothing to check.
+        let args = [
+            "perf",
+            "--op",
+            "barrier",
+            "--nproc",
+            "2",
+            "--transport",
+            transport,
+            "--sizes",
+            "8,1M",
+            "-n",
+            "50",
+            "-w",
+            "2",
+            "-c",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        let f = run(&args, LIMIT);
+        assert_eq!(f.code, Some(0), "{args:?}: {f:#?}");
+        let out = nccl::parse(&f.stdout);
+        let params = ["1", "1", "0", "0", "0(list)", "2", "50", "1", "0", "0"];
+        assert_eq!(out.params, params, "{}", f.stdout);
+        assert_eq!(out.devices.len(), 2, "{}", f.stdout);
+        for d in &out.devices {
+            assert!(d.name.starts_with(&format!("ringleader-{transport},")), "{d:?}");
+        }
+        assert!(f.stdout.contains("# barrier moves no data"), "{}", f.stdout);
+        assert_eq!(out.rows.len(), 1, "{}", f.stdout);
+        let r = &out.rows[0];
+        assert_eq!((r.size, r.count, r.dtype.as_str(), r.redop.as_str(), r.root), (0, 0, "float", "none", -1), "{r:?}");
+        // One form: the out-of-place group is N/A throughout, as with --device cuda.
+        let o = r.out_of_place;
+        assert!(o.time_us.is_nan() && o.algbw.is_nan() && o.busbw.is_nan() && o.wrong.is_none(), "{r:?}");
+        let g = r.in_place;
+        assert!(g.time_us > 0.0 && (g.algbw, g.busbw, g.wrong) == (0.0, 0.0, None), "{r:?}");
+        assert_eq!(out.out_of_bounds, Some((0, "OK".to_string())), "{}", f.stdout);
+        assert_eq!(out.avg_busbw, Some(0.0), "{}", f.stdout);
+
+        let text = std::fs::read_to_string(&json).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        let j = &lines[0];
+        assert_eq!((j["op"].as_str(), j["nproc"].as_u64()), (Some("barrier"), Some(2)), "{j}");
+        assert_eq!((j["bytes"].as_u64(), j["count"].as_u64()), (Some(0), Some(0)), "{j}");
+        assert_eq!((j["native"].as_str(), j["check"].as_str()), (Some("in_place"), Some("unchecked")), "{j}");
+        assert_eq!(j["lib"].as_str(), Some(format!("ringleader-{transport}").as_str()), "{j}");
+        assert_eq!((j["algbw_GBps"].as_f64(), j["busbw_GBps"].as_f64()), (Some(0.0), Some(0.0)), "{j}");
+        assert!(j["wrong"].is_null() && j["out_of_place"].is_null() && j["in_place"]["nwrong"].is_null(), "{j}");
+        assert_eq!((j["iters"].as_u64(), j["in_place"]["emulated"].as_bool()), (Some(50), Some(false)), "{j}");
+        let t = j["time_us"].as_f64().unwrap();
+        assert!(t > 0.0 && j["in_place"]["time"].as_f64() == Some(t), "{j}");
+        assert!((g.time_us - t).abs() <= 0.006 + 1e-3 * t, "table {g:?}, json {j}");
+    }
+}
+
+#[test]
 fn nccl_tests_names_and_flags_are_accepted_and_graphs_refused() {
     // nccl-tests' program name for the collective, long option names.
     let f = run(
@@ -411,6 +485,7 @@ fn bad_arguments_exit_2_before_starting_anything() {
     let f = run(&["perf", "--nproc", "2", "--root", "5"], LIMIT);
     assert_eq!(f.code, Some(2), "{f:#?}");
     assert!(f.stderr.contains("[invalid-argument]") && f.stderr.contains("--root"), "{f:#?}");
-    let f = run(&["perf", "--op", "barrier"], LIMIT);
+    let f = run(&["perf", "--op", "send"], LIMIT);
     assert_eq!(f.code, Some(2), "{f:#?}");
+    assert!(f.stderr.contains("barrier"), "the ops are listed: {f:#?}");
 }

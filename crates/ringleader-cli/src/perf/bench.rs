@@ -9,7 +9,9 @@
 //! place (overlapping buffers are refused). The other form is run the way a
 //! caller of that API would get it, with the copy it takes inside the
 //! timed loop ([`emulation`] says which copy); nothing is measured once and
-//! printed twice.
+//! printed twice. barrier, which moves no data, has one form only
+//! ([`has_form`]): its one row (size 0, [`Shape::of`]) runs the same steps
+//! on empty buffers, in place, and prints N/A for the other group.
 //!
 //! For each size and form:
 //! 1. allocate the buffers (one set per operation in flight: `agg_iters`
@@ -36,7 +38,7 @@
 use super::check::{Pattern, Sample, POISON};
 use super::report::{Row, Setup};
 use super::sizes::Shape;
-use super::spec::{emulation, Average, Measured, Spec, Variant};
+use super::spec::{emulation, has_form, Average, Measured, Spec, Variant};
 use half::{bf16, f16};
 use ringleader_core::{DType, Element, OpKind, ReduceOp};
 use std::time::Instant;
@@ -70,7 +72,8 @@ pub(crate) trait Collectives {
     fn barrier(&self) -> CommResult<()>;
     /// Starts `call` and returns without waiting for it: on `output` alone
     /// for the in-place collectives (`input` is handed back as it is),
-    /// from `input` into `output` for the others.
+    /// from `input` into `output` for the others; barrier hands both back
+    /// as they are.
     fn submit<T: Element>(&self, call: Call, input: Vec<T>, output: Vec<T>) -> CommResult<Self::Pending<T>>;
     /// Waits for a submitted collective and gives its `(input, output)` back.
     fn complete<T: Element>(&self, pending: Self::Pending<T>) -> CommResult<(Vec<T>, Vec<T>)>;
@@ -91,6 +94,8 @@ pub(crate) enum Call {
     Reduce(usize, ReduceOp),
     /// all_to_all, input to output.
     AllToAll,
+    /// barrier: no buffer (both are handed back untouched).
+    Barrier,
 }
 
 impl Call {
@@ -103,13 +108,14 @@ impl Call {
             OpKind::Broadcast => Call::Broadcast(root),
             OpKind::Reduce => Call::Reduce(root, redop),
             OpKind::AllToAll => Call::AllToAll,
+            OpKind::Barrier => Call::Barrier,
             _ => return None,
         })
     }
 }
 
 /// Runs `call` with the blocking API (`input` is unused by the in-place
-/// collectives).
+/// collectives, both buffers by barrier).
 pub(crate) fn call_blocking<T: Element, C: Collectives>(
     comm: &C,
     call: Call,
@@ -123,6 +129,7 @@ pub(crate) fn call_blocking<T: Element, C: Collectives>(
         Call::Broadcast(root) => comm.broadcast(output, root),
         Call::Reduce(root, op) => comm.reduce(output, root, op),
         Call::AllToAll => comm.all_to_all(input, output),
+        Call::Barrier => comm.barrier(),
     }
 }
 
@@ -172,7 +179,8 @@ pub(crate) fn run_all<C: Collectives>(
             continue;
         };
         let mut groups = [None, None];
-        for (g, variant) in groups.iter_mut().zip([Variant::OutOfPlace, Variant::InPlace]) {
+        let forms = [Variant::OutOfPlace, Variant::InPlace];
+        for (g, variant) in groups.iter_mut().zip(forms).filter(|(_, v)| has_form(spec.op, *v)) {
             *g = Some(match spec.dtype {
                 DType::F32 => measure::<f32, C>(comm, spec, &shape, &pattern, variant)?,
                 DType::F64 => measure::<f64, C>(comm, spec, &shape, &pattern, variant)?,
@@ -650,6 +658,29 @@ mod tests {
             skipped = m;
         });
         assert_eq!(skipped, [1, 8]);
+    }
+
+    #[test]
+    fn barrier_is_one_row_in_place_with_nothing_to_check() {
+        for (agg, blocking) in [(1, true), (3, true), (3, false)] {
+            let mut s = spec(OpKind::Barrier, DType::F32, ReduceOp::Sum, 0);
+            // What `perf --op barrier` builds: one size, 0, and no check.
+            s.sizes = vec![0];
+            s.check = 0;
+            s.agg_iters = agg;
+            s.blocking = blocking;
+            for rows in run(3, &s, true) {
+                assert_eq!(rows.len(), 1, "{rows:?}");
+                let r = &rows[0];
+                assert_eq!((r.op, r.bytes, r.count, r.native), ("barrier", 0, 0, "in_place"), "{r:?}");
+                assert_eq!(r.out_of_place, None, "one form: {r:?}");
+                let g = r.in_place.expect("in place measured");
+                assert!(g.time > 0.0 && !g.emulated && g.iters == 2, "{r:?}");
+                assert_eq!((g.alg_bw, g.bus_bw, g.nwrong), (0.0, 0.0, None), "{r:?}");
+                assert_eq!((r.check, r.wrong, r.wrong_total()), ("unchecked", None, 0), "{r:?}");
+                assert_eq!(r.time_us, g.time);
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! for all_gather, reduce_scatter and all_to_all (size: the total output of
 //! all_gather, the total input of reduce_scatter, the send buffer of
 //! all_to_all; see [`Shape`]), x 1 for broadcast and reduce (docs/DESIGN.md §4).
+//! barrier moves no data: its one row has size 0, so algbw and busbw are 0,
+//! and only its time means anything.
 //!
 //! The table is nccl-tests' (its README and doc/PERFORMANCE.md): `#` header
 //! lines (`# nThread ...`, `# Using devices` and a line per rank), the
@@ -16,7 +18,7 @@
 //! nccl-tests averages).
 
 use super::sizes::Shape;
-use super::spec::{emulation, native, Average, Measured, Spec, Variant};
+use super::spec::{emulation, moves_data, native, Average, Measured, Spec, Variant};
 use ringleader_core::{DType, OpKind, ReduceOp};
 use serde::Serialize;
 
@@ -396,7 +398,15 @@ pub(crate) fn header(setup: &Setup<'_>, h: &Header<'_>) -> String {
         },
         setup.average.code(),
     );
-    if h.check == 0 {
+    if !moves_data(setup.op) {
+        // Said once here rather than left for the reader to infer from the
+        // N/A fields and the sizes that were asked for and not run.
+        out += &format!(
+            "# {} moves no data: one row of size 0 (-b/-e/-f/--sizes ignored), nothing to check (#wrong is N/A), \
+             one form, printed in place (out-of-place is N/A)\n",
+            setup.op.name()
+        );
+    } else if h.check == 0 {
         out += "# results not checked (-c 0): #wrong is N/A\n";
     }
     for (variant, name) in [(Variant::OutOfPlace, "out-of-place"), (Variant::InPlace, "in-place")] {
@@ -446,6 +456,7 @@ pub(crate) fn footer(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn setup(op: OpKind, n: usize) -> Setup<'static> {
         Setup {
@@ -537,6 +548,46 @@ mod tests {
         assert_eq!(j["in_place"], serde_json::Value::Null);
         assert_eq!(j["wrong"], serde_json::Value::Null);
         assert_eq!(j["check"], "unchecked");
+    }
+
+    #[test]
+    fn a_barrier_row_has_a_time_and_nothing_else() {
+        let s = setup(OpKind::Barrier, 2);
+        let shape = Shape::of(OpKind::Barrier, 0, 4, 2).unwrap();
+        let r = Row::new(&s, &shape, None, Some(measured(5e-6, None, false)));
+        let f: Vec<String> = r.table_line().split_whitespace().map(String::from).collect();
+        assert_eq!(
+            f,
+            ["0", "0", "float", "none", "-1", "N/A", "N/A", "N/A", "N/A", "5.00", "0.00", "0.00", "N/A"],
+            "the out-of-place group as --device cuda prints it; #wrong as -c 0 does"
+        );
+        let j: Value = serde_json::from_str(&r.json_line()).unwrap();
+        assert_eq!((j["op"].as_str(), j["bytes"].as_u64(), j["count"].as_u64()), (Some("barrier"), Some(0), Some(0)));
+        assert_eq!((j["native"].as_str(), j["check"].as_str()), (Some("in_place"), Some("unchecked")));
+        assert_eq!(
+            (j["time_us"].as_f64(), j["algbw_GBps"].as_f64(), j["busbw_GBps"].as_f64()),
+            (Some(5.0), Some(0.0), Some(0.0))
+        );
+        assert_eq!(
+            (&j["wrong"], &j["out_of_place"], &j["redop"], &j["root"]),
+            (&Value::Null, &Value::Null, &Value::Null, &Value::Null)
+        );
+        let h = header(
+            &s,
+            &Header {
+                min_bytes: 0,
+                max_bytes: 0,
+                step_factor: None,
+                iters: Some(5),
+                check: 0,
+                ranks: &[],
+                store: None,
+                unmeasured: None,
+            },
+        );
+        assert!(h.contains("# barrier moves no data: one row of size 0"), "{h}");
+        assert!(!h.contains("(-c 0)") && !h.contains("has no out-of-place form"), "{h}");
+        assert_eq!(footer(&[r]), "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0\n#\n");
     }
 
     #[test]

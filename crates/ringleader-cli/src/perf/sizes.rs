@@ -1,6 +1,7 @@
 //! Message sizes the way nccl-tests takes them (`-b 8 -e 64M -f 2`), and
 //! the buffer shapes each collective needs for a size.
 
+use super::spec::moves_data;
 use ringleader_core::OpKind;
 
 /// Parses a byte count with an optional binary suffix, as nccl-tests does:
@@ -56,6 +57,7 @@ pub(crate) fn size_steps(min: u64, max: u64, factor: u64) -> Vec<u64> {
 /// | all_gather | each rank's input | n x count x type size (the output) |
 /// | reduce_scatter | each rank's output | n x count x type size (the input) |
 /// | all_to_all | what each rank sends to each peer | n x count x type size (the send buffer) |
+/// | barrier | 0 | 0 (it moves no data, whatever size was asked for) |
 ///
 /// nccl-tests also rounds the per-rank count of the split ops down to an
 /// alignment (16 bytes or 4 elements, depending on its version); this
@@ -80,8 +82,12 @@ impl Shape {
     /// The shape of `op` over `n` ranks for a requested size of `bytes`
     /// (rounded down to whole elements, and to a multiple of `n` elements
     /// where the data is split among ranks); `None` when that leaves no
-    /// element.
+    /// element. An op that moves no data (barrier) has the empty shape at
+    /// every size: its one row is measured, not skipped.
     pub(crate) fn of(op: OpKind, bytes: u64, elem_size: usize, n: usize) -> Option<Shape> {
+        if !moves_data(op) {
+            return Some(Shape { total: 0, chunk: 0, count: 0, bytes: 0 });
+        }
         let elems = bytes / elem_size as u64;
         let per_rank = elems / n.max(1) as u64;
         let (total, chunk) = if splits(op) { (per_rank * n as u64, per_rank) } else { (elems, elems) };
@@ -143,5 +149,10 @@ mod tests {
         assert_eq!((s.total, s.chunk, s.count, s.bytes), (16, 8, 8, 64));
         assert_eq!(Shape::of(OpKind::AllGather, 8, 4, 4), None);
         assert_eq!(Shape::of(OpKind::Broadcast, 2, 4, 1), None);
+        // barrier: size 0 and count 0 at any size asked for, never skipped.
+        for bytes in [0, 8, 1 << 20] {
+            let s = Shape::of(OpKind::Barrier, bytes, 4, 2).unwrap();
+            assert_eq!((s.total, s.chunk, s.count, s.bytes), (0, 0, 0, 0));
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The benchmark's vocabulary, shared by the loop that measures
 //! ([`super::bench`]), the device variant ([`super::device`]) and the
 //! report that prints ([`super::report`]): what to measure ([`Spec`]), the
-//! two forms of each collective ([`Variant`]), how the ranks' times combine
+//! two forms of each collective ([`Variant`]), which collectives move data
+//! ([`moves_data`]: all but barrier), how the ranks' times combine
 //! ([`Average`]) and what one measurement is ([`Measured`]).
 
 use ringleader_core::{DType, OpKind, ReduceOp};
@@ -15,8 +16,24 @@ pub(crate) enum Variant {
     InPlace,
 }
 
+/// Whether `op` moves data: every collective `perf` measures but barrier,
+/// which has no buffers, hence no size (one row of size 0), nothing to
+/// check and a single form.
+pub(crate) fn moves_data(op: OpKind) -> bool {
+    op != OpKind::Barrier
+}
+
+/// Whether `variant` of `op` is measured: both forms of a collective that
+/// moves data (the one its API lacks emulated), the native form alone of
+/// barrier (without buffers there is nothing to be in or out of place, so
+/// measuring it twice would print one number as two).
+pub(crate) fn has_form(op: OpKind, variant: Variant) -> bool {
+    moves_data(op) || variant == native(op)
+}
+
 /// The form ringleader's API has for `op`: in place for all_reduce,
-/// broadcast and reduce, out of place for the others.
+/// broadcast and reduce (and barrier, whose call passes an empty buffer
+/// in place), out of place for the others.
 pub(crate) fn native(op: OpKind) -> Variant {
     if matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll) {
         Variant::OutOfPlace
@@ -45,6 +62,7 @@ pub(crate) fn emulation(op: OpKind, variant: Variant) -> Option<&'static str> {
             "reduce_scatter writes a separate output buffer, which each rank then copies into its slice of the input buffer"
         }
         OpKind::AllToAll => "each rank copies the buffer into a separate send buffer, which all_to_all then reads",
+        // barrier: no other form to emulate ([`has_form`]).
         _ => return None,
     })
 }
@@ -111,7 +129,8 @@ pub(crate) struct Spec {
     pub(crate) agg_iters: usize,
     /// Each operation completes before the next starts (nccl-tests' `-z 1`).
     pub(crate) blocking: bool,
-    /// Checked iterations per size and column group; 0: no check (`-c`).
+    /// Checked iterations per size and column group; 0: no check (`-c 0`,
+    /// and always for barrier: no data).
     pub(crate) check: usize,
     /// How the ranks' times combine (`-a`).
     pub(crate) average: Average,
