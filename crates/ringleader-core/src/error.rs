@@ -266,7 +266,7 @@ pub use crate::group::fmt_ranks;
 
 /// The length past which [`Diagnosis::summary_pointing_to`] drops the
 /// headline's later clauses (its first clause always stays).
-const SUMMARY_HEADLINE_MAX: usize = 100;
+const SUMMARY_HEADLINE_MAX: usize = 160;
 
 /// At most this many members are spelled out in a message.
 const MAX_MEMBERS_SHOWN: usize = 8;
