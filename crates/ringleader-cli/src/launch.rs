@@ -26,7 +26,8 @@
 //! - [`plan`]: arguments (and Slurm's variables) to a resolved plan, each
 //!   rank's environment and every node's command line (pure);
 //! - [`child`]: starting one rank (process group, pipes, exit watcher);
-//! - [`output`]: the line-prefixing copy of a rank's output;
+//! - [`output`]: the line-prefixing copy of a rank's output (and the
+//!   library's lines that many ranks print alike, printed by a few);
 //! - [`supervise`]: the event loop and the teardown escalation;
 //! - [`ending`]: how a rank ended, in words;
 //! - [`oom`]: telling an OOM kill from another SIGKILL;
@@ -59,6 +60,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 use supervise::Supervisor;
 
@@ -245,7 +247,8 @@ fn launch(args: LaunchArgs) -> Result<i32> {
             plan.master_addr
         );
     }
-    let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, made_token.as_deref(), &tx)?;
+    let repeats = Arc::new(output::Repeats::default());
+    let ranks = spawn_all(&plan, &args.command, master_port, &store_addr, made_token.as_deref(), &tx, &repeats)?;
     let verdict_tx = tx.clone();
     store_link::watch_verdict(store_addr.clone(), plan.run_id.clone(), token.clone(), move |headline| {
         let _ = verdict_tx.send(Event::Verdict(headline));
@@ -253,6 +256,9 @@ fn launch(args: LaunchArgs) -> Result<i32> {
     drop(tx);
 
     let (code, recorder) = Supervisor::new(ranks, events, args.grace, oom, recorder).run();
+    for line in repeats.report() {
+        eprintln!("ringleader launch: {line}");
+    }
     recorder.finish(Duration::from_secs(1));
     if let Some(h) = hosted {
         if plan.nnodes > 1 {
@@ -271,6 +277,7 @@ fn spawn_all(
     store_addr: &str,
     made_token: Option<&str>,
     events: &mpsc::Sender<Event>,
+    repeats: &Arc<output::Repeats>,
 ) -> Result<Vec<RankProcess>> {
     let inherited = |k: &str| std::env::var_os(k).is_some();
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(plan.nproc_per_node);
@@ -279,7 +286,7 @@ fn spawn_all(
         if let Some(t) = made_token {
             env.push((secret::TOKEN_VAR, t.to_string()));
         }
-        match child::spawn_rank(local, plan.rank_of(local), command, &env, events) {
+        match child::spawn_rank(local, plan.rank_of(local), command, &env, events, repeats) {
             Ok(r) => ranks.push(r),
             Err(e) => {
                 for r in &mut ranks {

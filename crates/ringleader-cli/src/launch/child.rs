@@ -20,7 +20,7 @@
 
 use super::ending::Ending;
 use super::event::Event;
-use super::output::{forward_lines, Sink};
+use super::output::{forward_lines, Repeats, Sink};
 use crate::error::{CliError, Result};
 use rustix::process::{Pid, WaitId, WaitIdOptions};
 use std::ffi::OsString;
@@ -28,6 +28,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 /// A started rank.
 #[derive(Debug)]
@@ -51,13 +52,14 @@ impl RankProcess {
 
 /// Starts `command` as rank `rank` (index `index` in the supervisor's list)
 /// with `env` added to the launcher's environment; its output and its end
-/// are reported on `events`.
+/// are reported on `events`; its library lines go through `repeats`.
 pub(crate) fn spawn_rank(
     index: usize,
     rank: usize,
     command: &[OsString],
     env: &[(&'static str, String)],
     events: &Sender<Event>,
+    repeats: &Arc<Repeats>,
 ) -> Result<RankProcess> {
     let (program, args) = command.split_first().expect("the plan has checked that a command is given");
     let mut cmd = Command::new(program);
@@ -98,9 +100,11 @@ pub(crate) fn spawn_rank(
         ("stdout", Sink::Stdout, Box::new(stdout) as Box<dyn io::Read + Send>),
         ("stderr", Sink::Stderr, Box::new(stderr)),
     ] {
-        let (prefix, events) = (prefix.clone(), events.clone());
+        let (prefix, events, repeats) = (prefix.clone(), events.clone(), repeats.clone());
         spawn_thread(format!("rank{rank}-{name}"), move || {
-            forward_lines(pipe, &prefix, sink);
+            // The library writes its lines to stderr.
+            let repeats = (sink == Sink::Stderr).then_some((&*repeats, rank));
+            forward_lines(pipe, &prefix, sink, repeats);
             let _ = events.send(Event::OutputClosed);
         })?;
     }

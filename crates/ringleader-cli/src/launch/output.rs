@@ -6,8 +6,96 @@
 //! that are not UTF-8 are replaced (lossily), a final line without a newline
 //! is still printed (with one), and a line longer than [`MAX_LINE`] bytes is
 //! printed in pieces rather than held in memory.
+//!
+//! The library's own lines (`[ringleader rank R] error: ...`) say the
+//! same on every rank once a job has failed: every rank that is not the
+//! one printing the whole verdict prints one line naming the culprit. A
+//! big job would repeat it hundreds of times, so [`Repeats`] lets the
+//! first few ranks print each such line and counts the others, which the
+//! launcher names at the end (`ranks 9-511 (503 ranks) printed the same
+//! line as rank 1`).
 
+use ringleader_core::error::fmt_ranks;
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::sync::Mutex;
+
+/// How many ranks print each of the library's lines before the rest are
+/// counted instead.
+pub(crate) const REPEATS_SHOWN: usize = 8;
+/// Distinct lines [`Repeats`] keeps track of (past that, lines print as
+/// they come).
+const REPEATS_TRACKED: usize = 1024;
+/// Longer lines are not tracked (they print as they come).
+const REPEAT_MAX_LEN: usize = 2048;
+/// How the library starts its lines.
+const LIBRARY_PREFIX: &str = "[ringleader rank ";
+
+/// The library's lines that several ranks printed alike (see the module
+/// docs).
+#[derive(Debug, Default)]
+pub(crate) struct Repeats {
+    lines: Mutex<HashMap<String, Seen>>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// The ranks that printed it.
+    shown: Vec<usize>,
+    /// The ranks whose copy was not printed.
+    hidden: Vec<usize>,
+    /// When it was first seen (the report keeps that order).
+    order: usize,
+}
+
+impl Repeats {
+    /// Whether rank `rank`'s line `text` is printed: every line but one
+    /// of the library's that [`REPEATS_SHOWN`] ranks already printed.
+    pub(crate) fn admit(&self, rank: usize, text: &str) -> bool {
+        let Some(key) = library_line(text) else { return true };
+        let Ok(mut lines) = self.lines.lock() else { return true };
+        let n = lines.len();
+        if !lines.contains_key(&key) && n >= REPEATS_TRACKED {
+            return true;
+        }
+        let seen = lines.entry(key).or_insert_with(|| Seen { order: n, ..Seen::default() });
+        if seen.shown.len() < REPEATS_SHOWN {
+            seen.shown.push(rank);
+            return true;
+        }
+        seen.hidden.push(rank);
+        false
+    }
+
+    /// One line per repeated line that was not printed by every rank that
+    /// printed it.
+    pub(crate) fn report(&self) -> Vec<String> {
+        let Ok(lines) = self.lines.lock() else { return Vec::new() };
+        let mut out: Vec<(usize, String)> = lines
+            .values()
+            .filter(|s| !s.hidden.is_empty())
+            .map(|s| {
+                let mut hidden = s.hidden.clone();
+                hidden.sort_unstable();
+                let first = s.shown.first().copied().unwrap_or_default();
+                let verb = if hidden.len() == 1 { "printed" } else { "each printed" };
+                (s.order, format!("{} {verb} the line rank {first} printed above (not repeated)", fmt_ranks(&hidden)))
+            })
+            .collect();
+        out.sort();
+        out.into_iter().map(|(_, l)| l).collect()
+    }
+}
+
+/// The library line `text` with its rank taken out (`None`: not one).
+fn library_line(text: &str) -> Option<String> {
+    let rest = text.strip_prefix(LIBRARY_PREFIX)?;
+    let end = rest.find(']')?;
+    if text.len() > REPEAT_MAX_LEN || !rest[..end].bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(rest[end..].to_string())
+}
 
 /// The longest piece of a line held before it is printed anyway.
 pub(crate) const MAX_LINE: usize = 64 * 1024;
@@ -33,14 +121,20 @@ impl Sink {
 }
 
 /// Copies `src` line by line to `sink`, each line prefixed with `prefix`,
-/// until end of file or a read error.
-pub(crate) fn forward_lines(src: impl Read, prefix: &str, sink: Sink) {
-    copy_lines(src, prefix, |line| sink.write_line(line));
+/// until end of file or a read error; with `repeats`, the library's lines
+/// of rank `.1` go through [`Repeats::admit`].
+pub(crate) fn forward_lines(src: impl Read, prefix: &str, sink: Sink, repeats: Option<(&Repeats, usize)>) {
+    copy_lines(src, prefix, repeats, |line| sink.write_line(line));
 }
 
 /// The pure part of [`forward_lines`]: calls `emit` with each finished line
-/// (prefix, text, `\n`).
-pub(crate) fn copy_lines(src: impl Read, prefix: &str, mut emit: impl FnMut(&[u8])) {
+/// (prefix, text, `\n`) that is printed.
+pub(crate) fn copy_lines(
+    src: impl Read,
+    prefix: &str,
+    repeats: Option<(&Repeats, usize)>,
+    mut emit: impl FnMut(&[u8]),
+) {
     let mut reader = BufReader::new(src);
     let mut raw = Vec::with_capacity(256);
     let mut out = Vec::with_capacity(256);
@@ -51,9 +145,15 @@ pub(crate) fn copy_lines(src: impl Read, prefix: &str, mut emit: impl FnMut(&[u8
             Ok(_) => {}
         }
         let text = raw.strip_suffix(b"\n").unwrap_or(&raw);
+        let text = String::from_utf8_lossy(text);
+        if let Some((r, rank)) = repeats {
+            if !r.admit(rank, &text) {
+                continue;
+            }
+        }
         out.clear();
         out.extend_from_slice(prefix.as_bytes());
-        out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
+        out.extend_from_slice(text.as_bytes());
         out.push(b'\n');
         emit(&out);
     }
@@ -65,7 +165,7 @@ mod tests {
 
     fn lines(input: &[u8]) -> Vec<String> {
         let mut got = Vec::new();
-        copy_lines(input, "[rank3]: ", |l| got.push(String::from_utf8(l.to_vec()).unwrap()));
+        copy_lines(input, "[rank3]: ", None, |l| got.push(String::from_utf8(l.to_vec()).unwrap()));
         got
     }
 
@@ -88,5 +188,28 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].len(), "[rank3]: ".len() + MAX_LINE + 1);
         assert_eq!(got[1], format!("[rank3]: {}\n", "z".repeat(10)));
+    }
+
+    #[test]
+    fn the_librarys_lines_print_from_a_few_ranks_and_the_rest_are_counted() {
+        let r = Repeats::default();
+        let verdict = |rank: usize| format!("[ringleader rank {rank}] error: [peer-died] rank 7 (vm pid 9) died");
+        let printed: Vec<usize> = (0..20).filter(|&k| r.admit(k, &verdict(k))).collect();
+        assert_eq!(printed, (0..REPEATS_SHOWN).collect::<Vec<_>>());
+        // Other lines, the user's and different ones of the library's, print.
+        assert!(r.admit(9, "[ringleader rank 9] error: [peer-died] rank 8 (vm pid 10) died"));
+        assert!((0..20).all(|k| r.admit(k, "step 3 loss 0.5")));
+        assert!(r.admit(3, "[ringleader rank x] error: not the library's"));
+        assert_eq!(
+            r.report(),
+            [format!(
+                "ranks {REPEATS_SHOWN}-19 ({} ranks) each printed the line rank 0 printed above (not repeated)",
+                20 - REPEATS_SHOWN
+            )]
+        );
+        // Through the copying, as the launcher uses it.
+        let mut got = Vec::new();
+        copy_lines(verdict(30).as_bytes(), "[rank30]: ", Some((&r, 30)), |l| got.push(l.to_vec()));
+        assert!(got.is_empty());
     }
 }

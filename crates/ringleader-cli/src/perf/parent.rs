@@ -175,7 +175,7 @@ fn copy_thread(
     std::thread::Builder::new()
         .name("perf-output".into())
         .spawn(move || {
-            copy_lines(src, &prefix, |line| {
+            copy_lines(src, &prefix, None, |line| {
                 let _ =
                     if to_stderr { io::stderr().lock().write_all(line) } else { io::stdout().lock().write_all(line) };
                 if let Some(t) = &tail {
