@@ -304,7 +304,7 @@ impl Communicator {
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
-        if let Some(f) = sh.failure.lock().clone() {
+        if let Some(f) = sh.failure.get() {
             return Err(f);
         }
         let send = req.fp.op == OpKind::Send;

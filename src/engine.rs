@@ -22,7 +22,7 @@ use crate::work::Completion;
 use parking_lot::{Condvar, Mutex};
 use ringleader_core::fault::{self, Point};
 use ringleader_core::reduce::finish_avg;
-use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, Result};
+use ringleader_core::{AbortSignal, Config, Error, Fingerprint, Rank, RankSet, ReduceOp, Result};
 use ringleader_diag::CallSite;
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot, Started};
 use ringleader_store::StoreClient;
@@ -146,7 +146,7 @@ pub(crate) struct Shared {
     sched_cv: Condvar,
     pub exec: Mutex<Exec>,
     /// The verdict once an operation failed: every later one returns it.
-    pub failure: Mutex<Option<Error>>,
+    pub failure: crate::sticky::Sticky,
     /// The auxiliary store connection (failure handling, monitored barrier).
     pub store: Mutex<StoreClient>,
     pub store_addr: String,
@@ -154,7 +154,7 @@ pub(crate) struct Shared {
     pub store_in_rank0: bool,
     pub peers: Vec<PeerInfo>,
     /// The operation running now: (collective seq, fingerprint).
-    pub current: Mutex<Option<(u64, Fingerprint)>>,
+    pub current: crate::running::Running,
     /// Hard timeout of the running operation, in ms.
     pub op_timeout_ms: AtomicU64,
     pub destroyed: AtomicBool,
@@ -251,12 +251,12 @@ impl Shared {
                 plan_scratch: algo::Scratch::default(),
                 scratch: Vec::new(),
             }),
-            failure: Mutex::new(None),
+            failure: crate::sticky::Sticky::default(),
             store: Mutex::new(store),
             store_addr,
             store_in_rank0,
             peers,
-            current: Mutex::new(None),
+            current: crate::running::Running::default(),
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
             destroyed: AtomicBool::new(false),
             inflight: std::sync::atomic::AtomicUsize::new(0),
@@ -304,12 +304,13 @@ impl Shared {
     }
 
     /// Numbers, records and queues an operation.
+    #[inline(always)]
     pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
         crate::stacks::note_caller();
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
-        if let Some(f) = self.failure.lock().clone() {
+        if let Some(f) = self.failure.get() {
             return Err(f);
         }
         let mut s = self.sched.lock();
@@ -453,25 +454,25 @@ impl Shared {
         let place = format!("thread '{}'", thread.name().unwrap_or("unnamed"));
         let e = Error::from_panic(payload, &place, self.rank, Some((job.fp.op, job.seq)));
         self.write_record(job);
-        self.fail_internal(job.record, e)
+        let r = self.fail_internal(job.record, e);
+        // This thread runs the collectives: the only one that says which.
+        self.current.set(None);
+        r
     }
 
     /// Makes `e` (an internal error of the operation recorded as `record`)
     /// the communicator's failure; should forming the verdict panic too,
     /// `e` itself, with the communicator aborted.
     pub(crate) fn fail_internal(&self, record: u64, e: Error) -> Error {
-        let r = match catch_unwind(AssertUnwindSafe(|| self.resolve(record, e.clone()))) {
+        match catch_unwind(AssertUnwindSafe(|| self.resolve(record, e.clone()))) {
             Ok(verdict) => verdict,
             Err(_) => {
                 let shown = self.to_global(e);
                 self.abort.abort(shown.clone());
                 self.fr.failed(record, &shown.to_string(), Vec::new());
-                let mut f = self.failure.lock();
-                f.get_or_insert(shown).clone()
+                self.failure.get_or_set(shown)
             }
-        };
-        *self.current.lock() = None;
-        r
+        }
     }
 
     /// Stops the engine: queued operations fail, the running one (if any)
@@ -513,13 +514,13 @@ impl Shared {
             // Only a collective's run writes it under way.
             self.write_record(job);
         }
-        if let Some(f) = self.failure.lock().clone() {
+        if let Some(f) = self.failure.get() {
             self.write_record(job);
             self.fr.failed(job.record, &f.to_string(), Vec::new());
             return Err(f);
         }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
-        *self.current.lock() = Some((job.seq, job.fp));
+        self.current.set(Some((job.seq, job.fp)));
         if !job.started {
             self.fr.started_seq(job.record, job.seq);
         }
@@ -547,7 +548,7 @@ impl Shared {
             // say where this rank is stuck.
             Err(e) => Err(self.resolve(job.record, e)),
         };
-        *self.current.lock() = None;
+        self.current.set(None);
         r
     }
 
@@ -591,6 +592,9 @@ impl Shared {
         if inline && job.fp.count.saturating_mul(dtype.size() as u64) <= AT_ONCE_MAX {
             job.ran.set(driver.spun());
         }
+        if let Some(f) = prep.fold {
+            fold(&mut bufs, &f, dtype, job.fp.reduce_op.unwrap_or(ReduceOp::Sum));
+        }
         if let Some(a) = prep.avg {
             if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
                 finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
@@ -610,7 +614,7 @@ impl Shared {
 
     /// This rank's progress in a heartbeat.
     pub(crate) fn beat(&self) -> Beat {
-        let mut b = Beat::of(&self.fr, *self.current.lock(), &self.awaited);
+        let mut b = Beat::of(&self.fr, self.current.get(), &self.awaited);
         b.p2p = self.p2p.waits.lock().clone();
         b
     }
@@ -669,6 +673,19 @@ impl crate::p2p::Host for Shared {
 
     fn internal_verdict(&self, record: u64, e: Error) -> Error {
         self.fail_internal(record, e)
+    }
+}
+
+/// A flat reduction's last step ([`algo::flat::Fold`]): the operands in
+/// the scratch buffer (2) and this rank's own reduced in rank order, into
+/// the fold's output (buffer 0 or 1).
+fn fold(bufs: &mut [Buf<'_>; 3], f: &algo::flat::Fold, dtype: ringleader_core::DType, op: ReduceOp) {
+    let (front, back) = bufs.split_at_mut(2);
+    let Buf::Rw(scratch) = &mut back[0] else { return };
+    let own = &front[f.own.buf as usize].bytes()[f.own.off..f.own.off + f.own.len];
+    f.reduce(own, scratch, dtype, op);
+    if let Buf::Rw(out) = &mut front[f.out.buf as usize] {
+        out[f.out.off..f.out.off + f.out.len].copy_from_slice(&scratch[..f.len]);
     }
 }
 

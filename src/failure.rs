@@ -35,7 +35,7 @@ impl Shared {
     /// Turns the local error of the operation recorded as `record` into the
     /// verdict, which also becomes the communicator's permanent failure.
     pub(crate) fn resolve(&self, record: u64, local: Error) -> Error {
-        if let Some(f) = self.failure.lock().clone() {
+        if let Some(f) = self.failure.get() {
             self.fr.failed(record, &f.to_string(), Vec::new());
             return f;
         }
@@ -58,7 +58,7 @@ impl Shared {
                 let record = AbortRecord { rank: self.rank, observation };
                 let _ = store.abort_job(&serde_json::to_vec(&record).unwrap_or_default());
             }
-            *self.failure.lock() = Some(shown.clone());
+            self.failure.set(shown.clone());
             return shown;
         }
         let (mut diagnosis, job) = match self.agree(&observation) {
@@ -86,7 +86,7 @@ impl Shared {
             diagnosis.summary = Some(diagnosis.summary_pointing_to(&format!("rank {r}'s output")));
         }
         let err = Error::Collective(Box::new(diagnosis));
-        *self.failure.lock() = Some(err.clone());
+        self.failure.set(err.clone());
         // One line here, for logs where the caller swallows the error; the
         // error itself carries the full verdict.
         let text = err.to_string();

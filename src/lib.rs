@@ -63,7 +63,9 @@ mod rawbuf;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod rendezvous;
+mod running;
 pub mod stacks;
+mod sticky;
 mod watchdog;
 mod work;
 

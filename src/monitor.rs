@@ -303,7 +303,7 @@ impl Monitor {
         // write one, and the launcher ends it soon after the verdict (a
         // rank inside one writes its dump, with the verdict, as that call
         // fails).
-        if stacks.is_some() && sh.failure.lock().is_none() && sh.current.lock().is_none() {
+        if stacks.is_some() && !sh.failure.is_set() && sh.current.is_idle() {
             let _ = sh.write_dump(None, None);
         }
     }
@@ -322,7 +322,7 @@ impl Monitor {
             // A rank inside a collective publishes from its failing call,
             // which the abort ends at once; capturing its stacks here too
             // would only delay that call (captures run one at a time).
-            let outside = sh.current.lock().is_none();
+            let outside = sh.current.is_idle();
             if !self.published && self.capturing.is_none() && outside {
                 // Idle ranks too must say where they are, with where their
                 // threads are (a rank outside any collective is often the
@@ -345,7 +345,7 @@ impl Monitor {
             return;
         }
         self.p2p_news(status);
-        let Some((seq, fp)) = *sh.current.lock() else {
+        let Some((seq, fp)) = sh.current.get() else {
             return;
         };
         for r in &status.ranks {
@@ -387,7 +387,7 @@ impl Monitor {
             if silent && !warned && sh.awaited.contains(r.rank) {
                 self.silent.push(r.rank);
                 let age = r.heartbeat_age.unwrap_or_default().as_secs_f64();
-                let running = sh.current.lock().map_or(String::new(), |(seq, fp)| format!(" in {} #{seq}", fp.op));
+                let running = sh.current.get().map_or(String::new(), |(seq, fp)| format!(" in {} #{seq}", fp.op));
                 log::warn(
                     &sh.cfg,
                     &format!(
@@ -427,7 +427,7 @@ impl Monitor {
         if gone.is_empty() {
             return;
         }
-        let running = *sh.current.lock();
+        let running = sh.current.get();
         for r in gone {
             let seen = self.last_status.as_ref().and_then(|s| s.rank(r));
             if seen.is_some_and(|x| x.liveness == Presence::Left) {
@@ -490,7 +490,7 @@ impl Monitor {
         }
         let rank0_left =
             self.last_status.as_ref().and_then(|s| s.rank(0)).is_some_and(|r| r.liveness == Presence::Left);
-        let running = *sh.current.lock();
+        let running = sh.current.get();
         if let (Some((seq, fp)), true) = (running, sh.store_in_rank0 && sh.rank != 0) {
             let reason = if rank0_left {
                 Error::PeerLeft { peer: 0, op: fp.op, seq, their_seq: 0 }
@@ -521,7 +521,7 @@ impl Monitor {
             return;
         }
         let sh = &self.shared;
-        if let Some((seq, fp)) = *sh.current.lock() {
+        if let Some((seq, fp)) = sh.current.get() {
             sh.user_aborted.store(true, Ordering::Release);
             sh.abort.abort(Error::aborted(format!("interrupted (SIGINT) in {}", self.label(seq, fp))));
         }
@@ -531,7 +531,7 @@ impl Monitor {
     /// Feeds the watchdog the running operation and carries out its action.
     fn watchdog(&mut self) {
         let sh = self.shared.clone();
-        let running = sh.current.lock().map(|(seq, fp)| {
+        let running = sh.current.get().map(|(seq, fp)| {
             let since = sh.fr.progress().running_since.load(Ordering::Relaxed);
             (seq, fp, Duration::from_nanos(ringleader_diag::clock::Reader::new().age_ns(since)))
         });

@@ -13,6 +13,7 @@
 //! or input, [`OUT`] the output of out-of-place collectives, [`SCRATCH`]
 //! the communicator's scratch space.
 
+pub(crate) mod flat;
 pub(crate) mod pairwise;
 pub(crate) mod ring;
 pub(crate) mod tree;
@@ -175,6 +176,9 @@ pub(crate) struct Prep {
     pub copy: Option<(Region, Region)>,
     /// Bytes of [`SCRATCH`] the plan uses.
     pub scratch_bytes: usize,
+    /// Reduce the received operands in rank order afterwards (a flat
+    /// reduction: [`flat::Fold`]), before any `avg`.
+    pub fold: Option<flat::Fold>,
     /// Divide this region by the world size afterwards (for `Avg`).
     pub avg: Option<Region>,
 }
@@ -185,6 +189,13 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
     let (r, n, esz) = (sh.rank, sh.n, sh.esz);
     let mut prep = Prep::default();
     let avg = |op: ReduceOp, region: Region| (op == ReduceOp::Avg && n > 1).then_some(region);
+    // A few ranks and small frames: one round ([`flat`]), unless an
+    // algorithm is forced.
+    let flat = |frame_bytes: usize| forced.is_none() && flat::fits(n, frame_bytes);
+    let folded = |prep: &mut Prep, fold: flat::Fold| {
+        prep.scratch_bytes = fold.scratch_bytes();
+        prep.fold = Some(fold);
+    };
     match coll {
         Coll::AllReduce { count, .. } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. }
             if count == 0 && n > 1 =>
@@ -193,7 +204,9 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
         }
         Coll::AllGather { per_rank: 0 } | Coll::ReduceScatter { per_rank: 0, .. } if n > 1 => tree::barrier(plan, sh),
         Coll::AllReduce { count, op } => {
-            if n > 1 {
+            if flat(count * esz) {
+                folded(&mut prep, flat::all_reduce(plan, sh, count));
+            } else if n > 1 {
                 match Algo::pick(count * esz, forced) {
                     Algo::Small => tree::all_reduce(plan, sh, count),
                     Algo::Large => ring::all_reduce(plan, sh, count, scratch),
@@ -203,7 +216,9 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
         }
         Coll::AllGather { per_rank } => {
             prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
-            if n > 1 {
+            if flat(per_rank * esz) {
+                flat::all_gather(plan, sh, per_rank);
+            } else if n > 1 {
                 match Algo::pick(n * per_rank * esz, forced) {
                     Algo::Small if n.is_power_of_two() => tree::all_gather(plan, sh, per_rank),
                     _ => ring::all_gather(plan, sh, per_rank, scratch),
@@ -213,6 +228,8 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
         Coll::ReduceScatter { per_rank, op } => {
             if n == 1 {
                 prep.copy = Some((elems(IO, 0, per_rank, esz), elems(OUT, 0, per_rank, esz)));
+            } else if flat(per_rank * esz) {
+                folded(&mut prep, flat::reduce_scatter(plan, sh, per_rank));
             } else {
                 match Algo::pick(n * per_rank * esz, forced) {
                     Algo::Small if n.is_power_of_two() => {
@@ -228,13 +245,18 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
             }
             prep.avg = avg(op, elems(OUT, 0, per_rank, esz));
         }
+        Coll::Broadcast { count, root } if flat(count * esz) => flat::broadcast(plan, sh, count, root),
         Coll::Broadcast { count, root } if n > 1 => match Algo::pick_broadcast(count * esz, n, forced) {
             Algo::Small => tree::broadcast(plan, sh, count, root),
             Algo::Large => ring::broadcast(plan, sh, count, root),
         },
         Coll::Broadcast { .. } => {}
         Coll::Reduce { count, root, op } => {
-            if n > 1 {
+            if flat(count * esz) {
+                if let Some(fold) = flat::reduce(plan, sh, count, root) {
+                    folded(&mut prep, fold);
+                }
+            } else if n > 1 {
                 match Algo::pick(count * esz, forced) {
                     Algo::Small => {
                         if r != root {
@@ -254,6 +276,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
             prep.copy = Some((elems(IO, r * per_rank, per_rank, esz), elems(OUT, r * per_rank, per_rank, esz)));
             pairwise::all_to_all(plan, sh, per_rank);
         }
+        Coll::Barrier if flat(0) => flat::barrier(plan, sh),
         Coll::Barrier => tree::barrier(plan, sh),
     }
     prep

@@ -53,6 +53,12 @@ fn simulate(
         .into_iter()
         .zip(preps)
         .map(|(mut r, prep)| {
+            if let Some(f) = prep.fold {
+                let own = r.bufs[f.own.buf as usize][f.own.off..f.own.off + f.own.len].to_vec();
+                f.reduce(&own, &mut r.bufs[SCRATCH as usize], DType::I64, op);
+                let result = r.bufs[SCRATCH as usize][..f.len].to_vec();
+                r.bufs[f.out.buf as usize][f.out.off..f.out.off + f.out.len].copy_from_slice(&result);
+            }
             if let Some(a) = prep.avg {
                 finish_avg(DType::I64, &mut r.bufs[a.buf as usize][a.off..a.off + a.len], n);
             }
@@ -219,13 +225,15 @@ fn all_gather_sends(n: usize, per: usize, forced: Option<&str>) -> usize {
 
 #[test]
 fn small_all_gathers_on_power_of_two_worlds_take_log2_n_rounds() {
-    // 8 ranks: 3 recursive-doubling rounds instead of 7 ring hops.
-    assert_eq!(all_gather_sends(8, 16, None), 3);
-    assert_eq!(all_gather_sends(4, 16, None), 2);
+    // 8 KiB blocks (past the flat schedules' frames), 8 ranks: 3
+    // recursive-doubling rounds instead of 7 ring hops.
+    let per = 1024;
+    assert_eq!(all_gather_sends(8, per, None), 3);
+    assert_eq!(all_gather_sends(4, per, None), 2);
     // Other world sizes, large messages, or a forced ring keep the ring.
-    assert_eq!(all_gather_sends(6, 16, None), 5);
+    assert_eq!(all_gather_sends(6, per, None), 5);
     assert_eq!(all_gather_sends(8, SMALL_BYTES, None), 7 * chunks(SMALL_BYTES, chunk_elems(SMALL_BYTES, 8)).count());
-    assert_eq!(all_gather_sends(8, 16, Some("ring")), 7);
+    assert_eq!(all_gather_sends(8, per, Some("ring")), 7);
     assert_eq!(all_gather_sends(8, SMALL_BYTES, Some("rd")), 3);
 }
 
@@ -238,11 +246,48 @@ fn small_reduce_scatters_on_power_of_two_worlds_take_log2_n_rounds() {
         let prep = schedule(coll, sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
         (plan.sends.len(), prep.scratch_bytes)
     };
-    // 8 ranks: 3 recursive-halving rounds (scratch: half the input) instead of 7 ring hops.
-    assert_eq!(sends(8, 16, None), (3, 4 * 16 * 8));
-    assert_eq!(sends(2, 16, None), (1, 0));
-    assert_eq!(sends(6, 16, None), (5, 2 * 16 * 8));
-    assert_eq!(sends(8, 16, Some("ring")), (7, 2 * 16 * 8));
+    // 8 KiB blocks, 8 ranks: 3 recursive-halving rounds (scratch: half
+    // the input) instead of 7 ring hops.
+    let per = 1024;
+    assert_eq!(sends(8, per, None), (3, 4 * per * 8));
+    assert_eq!(sends(2, per, None), (1, 0));
+    assert_eq!(sends(6, per, None), (5, 2 * per * 8));
+    assert_eq!(sends(8, per, Some("ring")), (7, 2 * per * 8));
+}
+
+#[test]
+fn a_few_ranks_with_small_frames_take_one_round() {
+    // Up to 8 ranks and 4 KiB frames: every peer directly (one round),
+    // the reductions folded from n slots of scratch.
+    for n in 3..=flat::FLAT_MAX {
+        let sh = Shape { rank: 1, n, streams: 1, esz: 8 };
+        for (coll, folded) in [
+            (Coll::AllReduce { count: 512, op: ReduceOp::Sum }, true),
+            (Coll::AllGather { per_rank: 512 }, false),
+            (Coll::ReduceScatter { per_rank: 512, op: ReduceOp::Sum }, true),
+            (Coll::Barrier, false),
+        ] {
+            let mut plan = Plan::default();
+            let prep = schedule(coll, sh, None, &mut plan, &mut Scratch::default());
+            assert_eq!((plan.sends.len(), plan.recvs.len()), (n - 1, n - 1), "{coll:?} n={n}");
+            assert!(plan.sends.iter().all(|s| s.after.is_none()), "{coll:?}: a send waits");
+            assert!(
+                plan.recvs.iter().all(|r| r.after.is_none() && r.after_send.is_none()),
+                "{coll:?}: a receive waits"
+            );
+            assert_eq!(prep.fold.is_some(), folded, "{coll:?}");
+            if folded {
+                assert_eq!(prep.scratch_bytes, n * 512 * 8);
+            }
+        }
+        // A forced algorithm, 9 ranks or larger frames are not flat.
+        let mut plan = Plan::default();
+        schedule(Coll::Barrier, sh, forced_by_name(Some("rd")), &mut plan, &mut Scratch::default());
+        assert!(plan.sends.len() < n - 1 || n <= 3);
+        let prep =
+            schedule(Coll::AllReduce { count: 513, op: ReduceOp::Sum }, sh, None, &mut plan, &mut Scratch::default());
+        assert!(prep.fold.is_none());
+    }
 }
 
 /// The schedule a `RINGLEADER_ALGO` value forces (`None`: automatic).

@@ -83,7 +83,13 @@ impl AbortSignal {
     }
 
     /// The reason given to the first [`AbortSignal::abort`].
+    #[inline]
     pub fn reason(&self) -> Option<Error> {
+        // The flag is raised with the reason already in place: a signal
+        // not raised yet has none, and says so without the lock.
+        if !self.is_aborted() {
+            return None;
+        }
         self.inner.reason.lock().clone()
     }
 

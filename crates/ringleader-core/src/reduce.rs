@@ -106,11 +106,16 @@ fn wide(op: ReduceOp) -> bool {
     matches!(op, ReduceOp::Sum | ReduceOp::Avg | ReduceOp::Prod) && std::is_x86_feature_detected!("avx2")
 }
 
+/// Up to this many bytes the plain loop runs: it finishes before the
+/// wide one would have asked the CPU for its features (a small
+/// collective's reduction is a few elements).
+const NARROW_MAX: usize = 64;
+
 /// `dst op= src` with the best loop this CPU runs.
 #[allow(unsafe_code)]
 fn reduce_typed<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    if wide(op) {
+    if std::mem::size_of_val(dst) > NARROW_MAX && wide(op) {
         // SAFETY: `wide` checked that the CPU has AVX2.
         return unsafe { avx2::reduce_loop(op, dst, src) };
     }
@@ -121,7 +126,7 @@ fn reduce_typed<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
 #[allow(unsafe_code)]
 fn reduce3_typed<T: Arith>(op: ReduceOp, dst: &mut [T], a: &[T], b: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    if wide(op) {
+    if std::mem::size_of_val(dst) > NARROW_MAX && wide(op) {
         // SAFETY: `wide` checked that the CPU has AVX2.
         return unsafe { avx2::reduce3_loop(op, dst, a, b) };
     }
@@ -318,6 +323,13 @@ fn cast_half<'a, H: Pod>(
 
 /// The block path for f16/bf16; `false` when it does not apply (another
 /// dtype, or misaligned buffers, which take the generic path).
+/// Whether [`try_half`] handles `dtype` (asked first: `try_half` sets up
+/// its conversion buffers before it looks).
+#[inline]
+fn is_half(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+}
+
 fn try_half(dtype: DType, op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[u8]) -> bool {
     match dtype {
         DType::F16 => cast_half::<f16>(dst, a, b).map(|(d, x, y)| reduce_half(op, d, x, y)).is_some(),
@@ -356,7 +368,7 @@ macro_rules! dispatch {
 /// ```
 pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len()) / dtype.size() * dtype.size();
-    if !try_half(dtype, op, &mut dst[..n], None, &src[..n]) {
+    if !(is_half(dtype) && try_half(dtype, op, &mut dst[..n], None, &src[..n])) {
         dispatch!(dtype, reduce_bytes_typed, op, &mut dst[..n], &src[..n])
     }
 }
@@ -373,7 +385,7 @@ pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
 /// ```
 pub fn reduce3_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     let n = dst.len().min(a.len()).min(b.len()) / dtype.size() * dtype.size();
-    if !try_half(dtype, op, &mut dst[..n], Some(&a[..n]), &b[..n]) {
+    if !(is_half(dtype) && try_half(dtype, op, &mut dst[..n], Some(&a[..n]), &b[..n])) {
         dispatch!(dtype, reduce3_bytes_typed, op, &mut dst[..n], &a[..n], &b[..n])
     }
 }

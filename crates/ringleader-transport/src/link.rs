@@ -120,13 +120,15 @@ pub trait Link: Send + fmt::Debug {
     }
 }
 
-/// The largest payload a fastbox frame of any transport carries.
-pub const FASTBOX_MAX: usize = 80;
+/// The largest payload a fastbox frame of any transport carries: a
+/// small collective's whole message at the sizes where a frame's fixed
+/// costs outweigh moving its bytes.
+pub const FASTBOX_MAX: usize = 4112;
 
 /// Small frames whole in a fastbox beside the stream: the header's fields
 /// and the payload written in one go where the receiver polls, so that a
-/// frame costs the transfer of a cache line or two rather than a ring's
-/// positions, header and payload (see [`crate::shm`]).
+/// frame costs the transfer of the cache lines it fills rather than a
+/// ring's positions, header and payload (see [`crate::shm`]).
 ///
 /// A fastbox frame keeps its place in the stream's order: it follows
 /// everything written to the stream before it, and the stream's reads stop
@@ -137,50 +139,53 @@ pub trait Fastbox {
     /// [`FASTBOX_MAX`]).
     fn capacity(&self) -> usize;
 
-    /// Sends a data frame, `header` and `payload`, in a fastbox; `Ok(false)`
+    /// Sends a data frame, `head` and `payload`, in a fastbox; `Ok(false)`
     /// when none is free or it does not fit (then it goes through the
     /// stream).
-    fn try_send(&mut self, header: &FrameHeader, payload: &[u8]) -> io::Result<bool>;
+    fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> io::Result<bool>;
 
-    /// Takes the next frame if it lies in a fastbox; `None` when nothing
-    /// arrived or the next frame is in the stream.
-    fn try_recv(&mut self) -> io::Result<Option<BoxedFrame>>;
+    /// Takes the next frame if it lies in a fastbox: hands its header
+    /// fields and its payload, where it lies, to `take`, then frees the
+    /// fastbox. `false` when nothing arrived or the next frame is in the
+    /// stream (`take` is not called).
+    fn try_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> io::Result<bool>;
 }
 
-/// A data frame taken from a fastbox: the header fields as they arrived
-/// (checked like a stream frame's header: [`BoxedFrame::header`]) and
-/// the payload.
-#[derive(Debug, Clone, Copy)]
-pub struct BoxedFrame {
+/// The header fields of a fastbox frame, as they travel: a data frame's
+/// sequence number, fingerprint (encoded once per operation, not per
+/// frame) and tag; its length goes with the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoxHead {
     /// The sender's sequence number.
     pub seq: u64,
-    /// The sender's fingerprint, encoded ([`Fingerprint::encode`]).
-    pub fingerprint: [u8; 16],
+    /// The sender's fingerprint, [`Fingerprint::encode`]d, as two
+    /// little-endian words.
+    pub fingerprint: [u64; 2],
     /// The frame's tag.
     pub tag: u32,
-    len: usize,
-    bytes: [u8; FASTBOX_MAX],
 }
 
-impl BoxedFrame {
-    /// A frame of `payload` (at most [`FASTBOX_MAX`] bytes: `None` past it).
-    pub fn new(seq: u64, fingerprint: [u8; 16], tag: u32, payload: &[u8]) -> Option<BoxedFrame> {
-        let mut bytes = [0u8; FASTBOX_MAX];
-        bytes.get_mut(..payload.len())?.copy_from_slice(payload);
-        Some(BoxedFrame { seq, fingerprint, tag, len: payload.len(), bytes })
+impl BoxHead {
+    /// The fingerprint as fastbox frames carry it.
+    pub fn words(fingerprint: &Fingerprint) -> [u64; 2] {
+        let b = fingerprint.encode();
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        [word(0), word(1)]
     }
 
-    /// The frame's header, decoded as a stream frame's would be (a
-    /// fingerprint that does not decode is the same error).
-    pub fn header(&self) -> Result<FrameHeader, DecodeError> {
-        let fingerprint =
-            Fingerprint::decode(&self.fingerprint).ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
-        Ok(FrameHeader::data(self.seq, fingerprint, self.tag, self.len as u64))
-    }
-
-    /// The payload.
-    pub fn payload(&self) -> &[u8] {
-        &self.bytes[..self.len]
+    /// The header of a fastbox frame of `len` bytes, decoded as a stream
+    /// frame's would be (a fingerprint that does not decode is the same
+    /// error).
+    pub fn header(&self, len: usize) -> Result<FrameHeader, DecodeError> {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&self.fingerprint[0].to_le_bytes());
+        raw[8..].copy_from_slice(&self.fingerprint[1].to_le_bytes());
+        let fingerprint = Fingerprint::decode(&raw).ok_or(DecodeError::Malformed("unknown op, dtype or reduce op"))?;
+        Ok(FrameHeader::data(self.seq, fingerprint, self.tag, len as u64))
     }
 }
 

@@ -105,24 +105,46 @@ pub struct RecvItem {
 
 /// The transfers of one collective on one rank. Reused between
 /// collectives: [`Plan::clear`] keeps the capacity.
+///
+/// Build plans through [`Plan::send`] and [`Plan::recv`] (after
+/// [`Plan::clear`]): each change gives the plan a new [`Plan::id`], by
+/// which the driver knows a plan it has run before.
 #[derive(Debug, Default)]
 pub struct Plan {
     /// Sends, in the order they are written to each link.
     pub sends: Vec<SendItem>,
     /// Receives, in the order frames arrive on each link.
     pub recvs: Vec<RecvItem>,
+    id: u64,
 }
+
+/// Plan ids handed out so far (0 is never one: a new plan gets its id at
+/// its first change).
+static PLAN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Plan {
     /// Empties the plan, keeping its memory.
     pub fn clear(&mut self) {
         self.sends.clear();
         self.recvs.clear();
+        self.renew();
+    }
+
+    /// Identifies the plan's contents: no other plan, and no other
+    /// contents of this one, made through its methods had the same id
+    /// (0: an empty plan never changed).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn renew(&mut self) {
+        self.id = PLAN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     }
 
     /// Adds a send; returns its index.
     pub fn send(&mut self, chan: Chan, region: Region, after: Option<u32>) -> u32 {
         self.sends.push(SendItem { chan, region, after });
+        self.renew();
         (self.sends.len() - 1) as u32
     }
 
@@ -136,6 +158,7 @@ impl Plan {
         after_send: Option<u32>,
     ) -> u32 {
         self.recvs.push(RecvItem { chan, region, mode, after, after_send });
+        self.renew();
         (self.recvs.len() - 1) as u32
     }
 }

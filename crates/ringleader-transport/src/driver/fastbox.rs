@@ -6,15 +6,15 @@
 
 use super::frame_io::{check_decoded, lost};
 use super::strategy::{reduce_piece, rw};
-use crate::frame::FrameHeader;
-use crate::link::{Link, FASTBOX_MAX};
+use crate::link::{BoxHead, Link, FASTBOX_MAX};
 use crate::plan::{Buf, OpInfo, RecvItem, RecvMode};
 use ringleader_core::{Error, Result};
 
 /// Sends frame `tag`, carrying `data`, in the link's fastbox if it has one
-/// free; `false`: it goes through the stream.
+/// free; `false`: it goes through the stream. `fingerprint`: `op`'s,
+/// encoded once for the run ([`BoxHead::words`]).
 #[inline]
-pub(super) fn send(link: &mut dyn Link, op: &OpInfo, tag: u32, data: &[u8]) -> Result<bool> {
+pub(super) fn send(link: &mut dyn Link, op: &OpInfo, fingerprint: [u64; 2], tag: u32, data: &[u8]) -> Result<bool> {
     // Larger frames do not ask the link: the ring path stays as it was.
     if data.len() > FASTBOX_MAX {
         return Ok(false);
@@ -24,28 +24,66 @@ pub(super) fn send(link: &mut dyn Link, op: &OpInfo, tag: u32, data: &[u8]) -> R
     if data.len() > fb.capacity() {
         return Ok(false);
     }
-    let hdr = FrameHeader::data(op.seq, op.fingerprint, tag, data.len() as u64);
-    fb.try_send(&hdr, data).map_err(|e| lost(peer, op, &format!("sending failed: {e}")))
+    let head = BoxHead { seq: op.seq, fingerprint, tag };
+    fb.try_send(&head, data).map_err(|e| lost(peer, op, &format!("sending failed: {e}")))
 }
 
 /// Receives `item`, frame `tag`, if it lies in the link's fastbox: checks
-/// its header and lands its payload. `false`: the frame is in the stream,
-/// or has not arrived.
+/// its header and lands its payload from where it lies. `false`: the frame
+/// is in the stream, or has not arrived.
 #[inline]
-pub(super) fn recv(link: &mut dyn Link, bufs: &mut [Buf<'_>], item: &RecvItem, tag: u32, op: &OpInfo) -> Result<bool> {
+pub(super) fn recv(
+    link: &mut dyn Link,
+    bufs: &mut [Buf<'_>],
+    item: &RecvItem,
+    tag: u32,
+    op: &OpInfo,
+    fingerprint: [u64; 2],
+) -> Result<bool> {
     let peer = link.peer();
     let Some(fb) = link.fastbox() else { return Ok(false) };
-    let frame = match fb.try_recv() {
-        Ok(Some(f)) => f,
-        Ok(None) => return Ok(false),
-        Err(e) => return Err(lost(peer, op, &format!("receiving failed: {e}"))),
+    let mut checked = Ok(());
+    let mut take = |head: &BoxHead, data: &[u8]| {
+        checked = check(head, data.len(), peer, item, tag, op, fingerprint);
+        if checked.is_ok() {
+            land(bufs, item, data, op);
+        }
     };
-    let h = frame.header().map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
+    match fb.try_recv(&mut take) {
+        Ok(true) => checked.map(|()| true),
+        Ok(false) => Ok(false),
+        Err(e) => Err(lost(peer, op, &format!("receiving failed: {e}"))),
+    }
+}
+
+/// Checks a fastbox frame's header (and its length, `len`) against what
+/// `op` expects as frame `tag` of `item`: at once when it is exactly what
+/// was expected (the same sequence number, encoded fingerprint, tag and
+/// length), else decoded and checked as a stream frame's header would be,
+/// for the same errors.
+#[inline]
+fn check(
+    head: &BoxHead,
+    len: usize,
+    peer: ringleader_core::Rank,
+    item: &RecvItem,
+    tag: u32,
+    op: &OpInfo,
+    fingerprint: [u64; 2],
+) -> Result<()> {
+    if head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && len == item.region.len {
+        return Ok(());
+    }
+    let h = head.header(len).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
     check_decoded(&h, peer, tag, item.region.len, op)?;
-    let data = frame.payload();
+    Ok(())
+}
+
+/// Copies or reduces a fastbox frame's payload into `item`'s region.
+#[inline]
+fn land(bufs: &mut [Buf<'_>], item: &RecvItem, data: &[u8], op: &OpInfo) {
     match item.mode {
         RecvMode::Copy => rw(bufs, item.region.buf)[item.region.range()].copy_from_slice(data),
         RecvMode::Reduce { with } => reduce_piece(bufs, item, with, 0, data, op),
     }
-    Ok(true)
 }

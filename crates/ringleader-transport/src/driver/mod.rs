@@ -26,6 +26,9 @@
 //!   ([`say_goodbye`]);
 //! - `single_copy.rs` and `splice.rs`: the two zero-copy protocols;
 //! - `fastbox.rs`: small frames whole in a link's fastbox;
+//! - `boxed.rs`: plans whose every frame fits a fastbox, run without the
+//!   per-channel machinery (handing over to the scheduler when they must
+//!   wait long or a frame takes the stream);
 //! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
 //! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
 //!   thread: one point-to-point frame moved a piece at a time
@@ -38,6 +41,7 @@
 //! plane is set up: collectives, sends and receives, and goodbyes all go
 //! through here.
 
+mod boxed;
 mod chan;
 mod fastbox;
 mod frame_io;
@@ -145,6 +149,9 @@ pub struct Driver {
     spun: Option<Duration>,
     /// The peers last published as awaited (what `awaited` holds from us).
     published: smallvec::SmallVec<[Rank; 8]>,
+    /// Boxed runs (see `boxed.rs`), and the run's fingerprint as fastbox
+    /// frames carry it.
+    boxed: boxed::Boxed,
 }
 
 impl Driver {
@@ -218,8 +225,26 @@ impl Driver {
     ) -> Result<()> {
         ringleader_core::fault::check(ringleader_core::fault::Point::Driver, op.seq);
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
-        self.prepare(links.len() * streams, streams, plan);
-        let result = self.drive(links, bufs, plan, op, watch, streams);
+        let nchans = links.len() * streams;
+        self.boxed.encode(&op.fingerprint);
+        if let Some(w) = &self.waiter {
+            // Where this rank runs, for a peer that waits for it to tell
+            // whether they share a core (see `wait.rs`).
+            w.note_cpu();
+        }
+        self.spun = Some(Duration::ZERO);
+        self.active.clear();
+        let result = match self.run_boxed(links, bufs, plan, op, watch, streams) {
+            Some(boxed::Outcome::Done(r)) => r,
+            Some(boxed::Outcome::HandOver { sends, recvs }) => {
+                self.take_over(plan, streams, nchans, sends, recvs);
+                self.drive(links, bufs, plan, op, watch, streams)
+            }
+            None => {
+                self.prepare(nchans, streams, plan);
+                self.drive(links, bufs, plan, op, watch, streams)
+            }
+        };
         for &ci in &self.active {
             let c = &mut self.chans[ci];
             c.st.active = false;
@@ -227,7 +252,7 @@ impl Driver {
             single_copy::abandon(c, &*links[ci / streams][ci % streams]);
         }
         // On failure the awaited peers stay published: they are evidence.
-        if result.is_ok() {
+        if result.is_ok() && !self.published.is_empty() {
             watch.awaited.replace(&self.published, &[]);
             self.published.clear();
         }
@@ -284,7 +309,6 @@ impl Driver {
         let mut idle = IdleSpan::default();
         // Resolved when the run first sleeps (see `Deadline`).
         let mut due: Option<Option<Instant>> = None;
-        self.spun = Some(Duration::ZERO);
         let shm_only = self.active.iter().all(|&ci| matches!(links[ci / streams][ci % streams].wake(), Wake::Doorbell));
         let mut under_way = watch.under_way;
         loop {
@@ -309,7 +333,10 @@ impl Driver {
                 continue;
             }
             watch.abort.check()?;
-            if self.idle(&mut idle, shm_only) {
+            let awaited = |waiter: &Waiter, cpu: u32| {
+                self.active.iter().any(|&ci| !self.chans[ci].finished() && waiter.peer_on(ci / streams, cpu))
+            };
+            if self.idle(&mut idle, shm_only, awaited) {
                 continue;
             }
             self.spun = None;

@@ -40,7 +40,7 @@ impl Driver {
                 break;
             }
             let tag = c.st.recv_pos as u32;
-            if c.st.inc.off == 0 && fastbox::recv(link, bufs, &item, tag, op)? {
+            if c.st.inc.off == 0 && fastbox::recv(link, bufs, &item, tag, op, self.boxed.fingerprint)? {
                 moved = true;
                 c.st.recv_pos += 1;
                 self.recv_done[ri as usize] = true;

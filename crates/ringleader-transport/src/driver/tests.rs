@@ -312,9 +312,9 @@ fn small_frames_go_through_fastboxes_in_order_with_ring_frames() {
 
 #[test]
 fn a_fastbox_frame_of_another_call_is_the_same_mismatch_as_a_ring_frame() {
-    // 8 bytes travel in a fastbox, 4 KiB through the ring: the receiver
-    // reports either the same way.
-    for (k, len) in [8usize, 4096].into_iter().enumerate() {
+    // 8 bytes and 4 KiB travel in a fastbox, 8 KiB through the ring: the
+    // receiver reports either the same way.
+    for (k, len) in [8usize, 4096, 8192].into_iter().enumerate() {
         for their_seq in [1, 2] {
             let (a, b, wa, wb) = test_pair(&format!("t-drv-mm-{k}-{their_seq}"));
             let theirs =
@@ -359,7 +359,7 @@ fn random_mixes_of_fastbox_ring_and_single_copy_frames_arrive_intact_and_in_orde
     // capacity and the ring's, so cells run out, ring frames wait behind
     // cells and cells behind ring frames; with single copy on, frames from
     // 64 B go single-copy where the box does not take them.
-    const SIZES: [usize; 8] = [0, 8, 72, 80, 88, 4096, 300_000, 8];
+    const SIZES: [usize; 8] = [0, 8, 80, 4112, 4120, 8192, 300_000, 8];
     let plans = |seed: u64| {
         let mut x = seed;
         let mut next = move || {
@@ -394,4 +394,48 @@ fn random_mixes_of_fastbox_ring_and_single_copy_frames_arrive_intact_and_in_orde
         side_run(0, a, wa);
         t.join().unwrap();
     }
+}
+
+#[test]
+fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
+    // Rank 0 sends 3 * CELLS one-frame plans before rank 1 reads any: its
+    // boxed runs find no free cell after the first CELLS and hand over,
+    // whose frames then go through the ring. Rank 1's boxed runs take
+    // the cells, then find the next frame in the ring and hand over too.
+    const PLANS: usize = 24;
+    let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-handover", [None, None]);
+    let ta = a.traffic();
+    let one = |peer: Rank, send: bool| {
+        let mut plan = Plan::default();
+        let chan = Chan { peer, stream: 0 };
+        match send {
+            true => plan.send(chan, Region::new(0, 0, 8), None),
+            false => plan.recv(chan, Region::new(0, 0, 8), RecvMode::Reduce { with: None }, None, None),
+        };
+        plan
+    };
+    let t = std::thread::spawn(move || {
+        let mut s = side(0, a, wa);
+        let plan = one(1, true);
+        for k in 0..PLANS {
+            let mut data = pattern(k as u8, 8);
+            s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(10)).unwrap();
+        }
+        s
+    });
+    let sender = t.join().unwrap();
+    assert_eq!(ta.boxes_taken(), 0, "nothing read yet");
+    let mut r = side(1, b, wb);
+    let plan = one(0, false);
+    for k in 0..PLANS {
+        let mut got = pattern(100, 8);
+        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
+        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
+        assert_eq!(got, want, "plan {k}");
+    }
+    // The first cells' worth went in fastboxes, the rest in the ring.
+    let cells = crate::shm::CELLS_PER_RING as u64;
+    assert_eq!(ta.boxes_taken(), cells);
+    assert!(ta.ring_bytes() > 0);
+    drop(sender);
 }

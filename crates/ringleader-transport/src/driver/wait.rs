@@ -34,8 +34,8 @@ pub const SPIN: Duration = Duration::from_micros(50);
 /// 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us (8 ranks) against
 /// sleeping at once; 1-16 MiB did not get slower.
 pub const YIELD: Duration = Duration::from_micros(20);
-/// How long an idle wait on shared memory alone spins before it yields
-/// between polls (see `Idle::keep_polling`).
+/// How long an idle wait on shared memory alone spins before it checks
+/// whether the peer it waits for shares its core (see [`Driver::idle`]).
 const SPIN_ALONE: Duration = Duration::from_micros(2);
 /// Longest single sleep of a collective; the abort descriptor wakes it
 /// sooner, and the deadline is checked after it.
@@ -91,20 +91,8 @@ impl Idle {
 
     /// Polls once more (spinning or yielding) instead of sleeping, when a
     /// wait has lasted `idle` so far.
-    /// `shared_memory_only`: every pending link is in shared memory.
-    fn keep_polling(self, idle: Duration, shared_memory_only: bool) -> Pass {
+    fn keep_polling(self, idle: Duration) -> Pass {
         match self {
-            // Over shared memory a peer answers within a few microseconds
-            // if it runs at all. Past that, it may be waiting for our core:
-            // the scheduler now and then puts two ranks on one core for a
-            // while, and spinning there made each step of an 8 B all_reduce
-            // cost the whole spin (30-60 µs, against 5-7 µs yielding). With
-            // a core each, the yield returns at once. (TCP answers take
-            // longer than this, and the yields slowed them by 5-8%.)
-            Idle::Spin(d) if shared_memory_only && idle >= SPIN_ALONE && idle < d => {
-                std::thread::yield_now();
-                Pass::Yielded
-            }
             Idle::Spin(d) if idle < d => {
                 std::hint::spin_loop();
                 Pass::Spun
@@ -209,16 +197,41 @@ impl<'a> Sleeper<'a> {
 impl Driver {
     /// Polls once more instead of sleeping, per the [`Idle`] policy, in
     /// the idle stretch `span` (begun on its first pass).
-    pub(super) fn idle(&self, span: &mut IdleSpan, shared_memory_only: bool) -> bool {
+    ///
+    /// Ranks that each have a core ([`Idle::Spin`]) and wait on shared
+    /// memory alone also check, at every clock read, whether a peer they
+    /// wait for last waited on their own core (`awaited(waiter, cpu)`,
+    /// through the CPU each rank publishes beside its doorbell): the
+    /// scheduler now and then starts two ranks on one core, and leaves
+    /// them there while both keep running. Spinning there costs each hop
+    /// of a collective the peer's time slice; yielding hands the core over
+    /// at once but keeps both ranks hot on it, so the load balancer never
+    /// moves one (a whole launch of a 2-rank 8-byte all_gather then took
+    /// 5.5 µs per call instead of 0.5). Sleeping on the doorbell instead
+    /// lets the peer run, and its ring wakes this rank on an idle core.
+    pub(super) fn idle(
+        &self,
+        span: &mut IdleSpan,
+        shared_memory_only: bool,
+        awaited: impl Fn(&Waiter, u32) -> bool,
+    ) -> bool {
         match span.unread {
             Some(n) if n < CLOCK_EVERY => span.unread = Some(n + 1),
             _ => {
                 let now = Instant::now();
                 span.lasted = now.saturating_duration_since(*span.since.get_or_insert(now));
                 span.unread = Some(1);
+                if shared_memory_only && matches!(self.idle, Idle::Spin(_)) {
+                    if let Some(w) = &self.waiter {
+                        let cpu = w.note_cpu();
+                        if span.lasted >= SPIN_ALONE && awaited(w, cpu) {
+                            return false;
+                        }
+                    }
+                }
             }
         }
-        match self.idle.keep_polling(span.lasted, shared_memory_only) {
+        match self.idle.keep_polling(span.lasted) {
             Pass::Spun => true,
             Pass::Yielded => {
                 span.unread = None;

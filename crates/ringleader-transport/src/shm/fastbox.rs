@@ -25,8 +25,7 @@
 use super::link::{corrupt, ShmLink};
 use super::segment::{ring_bell, Cell, BOX_PAYLOAD, CELLS};
 use super::RING_BYTES;
-use crate::frame::{FrameHeader, FrameKind};
-use crate::link::{BoxedFrame, Fastbox, FASTBOX_MAX};
+use crate::link::{BoxHead, Fastbox, FASTBOX_MAX};
 use std::sync::atomic::Ordering;
 
 const _: () = assert!(BOX_PAYLOAD <= FASTBOX_MAX);
@@ -39,8 +38,8 @@ fn index(count: u64) -> usize {
 impl ShmLink {
     /// Writes a data frame into the next free cell of the outgoing ring;
     /// `Ok(false)` when none is free or it does not fit.
-    pub fn box_send(&mut self, header: &FrameHeader, payload: &[u8]) -> std::io::Result<bool> {
-        if payload.len() > BOX_PAYLOAD || header.kind != FrameKind::Data {
+    pub fn box_send(&mut self, head: &BoxHead, payload: &[u8]) -> std::io::Result<bool> {
+        if payload.len() > BOX_PAYLOAD {
             return Ok(false);
         }
         let next = self.box_sent + 1;
@@ -61,18 +60,17 @@ impl ShmLink {
         let cell = m.cell(self.rings, self.tx, index(next));
         // Every ring byte written so far precedes this frame.
         cell.pos.store(h.head.load(Ordering::Relaxed), Ordering::Relaxed);
-        cell.seq.store(header.seq, Ordering::Relaxed);
-        let fp = header.fingerprint.encode();
-        for (w, b) in cell.fingerprint.iter().zip(fp.chunks_exact(8)) {
-            w.store(u64::from_le_bytes(b.try_into().unwrap_or_default()), Ordering::Relaxed);
-        }
-        cell.tag.store(header.tag, Ordering::Relaxed);
+        cell.seq.store(head.seq, Ordering::Relaxed);
+        cell.fingerprint[0].store(head.fingerprint[0], Ordering::Relaxed);
+        cell.fingerprint[1].store(head.fingerprint[1], Ordering::Relaxed);
+        cell.tag.store(head.tag, Ordering::Relaxed);
         cell.len.store(payload.len() as u32, Ordering::Relaxed);
-        for (w, b) in cell.payload.iter().zip(payload.chunks(8)) {
-            let mut word = [0u8; 8];
-            word[..b.len()].copy_from_slice(b);
-            w.store(u64::from_le_bytes(word), Ordering::Relaxed);
-        }
+        // SAFETY: the cell's payload holds BOX_PAYLOAD bytes (checked
+        // above against the length) of atomics, whose memory may be
+        // written through a shared reference; the reader touches them only
+        // after it sees the stamp below, and the writer writes only cells
+        // the reader has released (`box_read`).
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), cell.payload.as_ptr() as *mut u8, payload.len()) };
         // Publishes the fields above to a reader that sees the stamp.
         cell.stamp.store(next, Ordering::Release);
         self.box_sent = next;
@@ -110,14 +108,15 @@ impl ShmLink {
         matches!(self.next_box(tail), Ok(Some((_, pos))) if pos == tail)
     }
 
-    /// Takes the next frame if it is in a cell: every ring byte before it
-    /// has been read.
-    pub fn box_recv(&mut self) -> std::io::Result<Option<BoxedFrame>> {
+    /// Takes the next frame if it is in a cell (every ring byte before
+    /// it has been read): hands its header fields and payload, where they
+    /// lie, to `take`, then frees the cell.
+    pub fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
         let h = self.domain.own.ring_header(self.rx);
         let tail = h.tail.load(Ordering::Relaxed);
-        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(None) };
+        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(false) };
         if pos != tail {
-            return Ok(None);
+            return Ok(false);
         }
         let len = cell.len.load(Ordering::Relaxed) as usize;
         if len > BOX_PAYLOAD {
@@ -126,23 +125,21 @@ impl ShmLink {
                 format!("rank {} left a fastbox frame of {len} bytes", self.peer),
             ));
         }
-        let mut fp = [0u8; 16];
-        for (b, w) in fp.chunks_exact_mut(8).zip(&cell.fingerprint) {
-            b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-        }
-        let mut payload = [0u8; BOX_PAYLOAD];
-        for (b, w) in payload[..len].chunks_mut(8).zip(&cell.payload) {
-            b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes()[..b.len()]);
-        }
-        let seq = cell.seq.load(Ordering::Relaxed);
-        let tag = cell.tag.load(Ordering::Relaxed);
+        let head = BoxHead {
+            seq: cell.seq.load(Ordering::Relaxed),
+            fingerprint: [cell.fingerprint[0].load(Ordering::Relaxed), cell.fingerprint[1].load(Ordering::Relaxed)],
+            tag: cell.tag.load(Ordering::Relaxed),
+        };
+        // SAFETY: `len` is within the cell's payload (checked); the writer
+        // filled those bytes before the stamp this rank acquired, and
+        // leaves them alone until the cell is released below, after the
+        // slice's last use.
+        let payload = unsafe { std::slice::from_raw_parts(cell.payload.as_ptr() as *const u8, len) };
+        take(&head, payload);
         self.box_read += 1;
         // The cell is copied out: the writer may reuse it.
         h.box_read.store(self.box_read, Ordering::Release);
-        // Always a frame: `len` is bounded by the cell, and the cell by
-        // what a BoxedFrame holds (asserted above).
-        let frame = BoxedFrame::new(seq, fp, tag, &payload[..len]).ok_or_else(|| corrupt(self.peer))?;
-        Ok(Some(frame))
+        Ok(true)
     }
 }
 
@@ -152,13 +149,13 @@ impl Fastbox for ShmLink {
     }
 
     #[inline]
-    fn try_send(&mut self, header: &FrameHeader, payload: &[u8]) -> std::io::Result<bool> {
-        self.box_send(header, payload)
+    fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> std::io::Result<bool> {
+        self.box_send(head, payload)
     }
 
     #[inline]
-    fn try_recv(&mut self) -> std::io::Result<Option<BoxedFrame>> {
-        self.box_recv()
+    fn try_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
+        self.box_recv(take)
     }
 }
 

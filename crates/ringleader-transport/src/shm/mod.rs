@@ -75,6 +75,10 @@ pub use link::ShmLink;
 pub use segment::{segment_name, BOX_PAYLOAD};
 pub use waiter::Waiter;
 
+/// Fastbox cells per ring (for tests that fill them).
+#[cfg(test)]
+pub(crate) const CELLS_PER_RING: usize = segment::CELLS;
+
 #[cfg(test)]
 use ringleader_core::AbortSignal;
 #[cfg(test)]

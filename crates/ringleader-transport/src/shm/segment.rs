@@ -20,8 +20,9 @@ pub(super) const LINE: usize = 64;
 /// Doorbell line, then two lines per ring header.
 pub(super) const HEADER_BYTES: usize = LINE;
 pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
-/// Bumped with every change of the layout (002: fastboxes).
-pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3032; // "RLSHM002"
+/// Bumped with every change of the layout (002: fastboxes; 003: the CPU
+/// beside the doorbell, fastbox cells of 4 KiB).
+pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3033; // "RLSHM003"
 
 /// The futex word and sleeper count a rank waits on, and what its peers
 /// need to read its memory directly (its pid, and where a nonce lies).
@@ -31,7 +32,8 @@ pub(super) struct Doorbell {
     pub(super) epoch: AtomicU32,
     pub(super) sleepers: AtomicU32,
     pub(super) pid: AtomicU32,
-    pub(super) _reserved: AtomicU32,
+    /// The CPU this rank's last wait ran on, plus one (0: none yet).
+    pub(super) cpu: AtomicU32,
     pub(super) probe_addr: AtomicU64,
     pub(super) probe_nonce: AtomicU64,
 }
@@ -58,9 +60,10 @@ pub(super) struct RingHeader {
 }
 
 /// One fastbox cell (see `fastbox.rs`): a whole small frame, header fields
-/// and payload, in two cache lines, so that a small frame costs the reader
-/// the transfer of the line(s) it lies in and nothing else. Each ring has
-/// [`CELLS`] of them, used in turn; the writer fills one, then stamps it.
+/// and payload, the header and the payload's first bytes in the cell's
+/// first cache line, so that a small frame costs the reader the transfer
+/// of the lines it fills and nothing else. Each ring has [`CELLS`] of
+/// them, used in turn; the writer fills one, then stamps it.
 #[repr(C)]
 pub(super) struct Cell {
     /// The count of fastbox frames written on this ring, as of this one
@@ -78,16 +81,19 @@ pub(super) struct Cell {
     pub(super) tag: AtomicU32,
     /// ...and its payload length (at most [`BOX_PAYLOAD`]).
     pub(super) len: AtomicU32,
-    /// The payload, zero-padded to whole words.
+    /// The payload (`len` bytes of it), copied in and out as bytes: the
+    /// stamp orders it, as the ring's positions order ring bytes.
     pub(super) payload: [AtomicU64; BOX_PAYLOAD / 8],
 }
 
 /// Fastbox cells per ring: a writer runs out only when it is this many
 /// small frames ahead of its reader (it then writes to the ring).
 pub(super) const CELLS: usize = 8;
-/// Bytes of one cell.
-pub(super) const CELL_BYTES: usize = 2 * LINE;
-/// Payload bytes a cell holds: what two lines leave after the header
+/// Bytes of one cell: 4 KiB of payload and the header's line (a frame of
+/// a few hundred bytes to a few kilobytes then costs its lines too, not
+/// a ring frame's bookkeeping).
+pub(super) const CELL_BYTES: usize = 65 * LINE;
+/// Payload bytes a cell holds: what its lines leave after the header
 /// fields (the first 16 in the header's line).
 pub const BOX_PAYLOAD: usize = CELL_BYTES - 48;
 
@@ -101,6 +107,7 @@ const _: () = {
     assert!(std::mem::size_of::<Cell>() == CELL_BYTES);
     assert!(std::mem::offset_of!(Cell, payload) == CELL_BYTES - BOX_PAYLOAD);
     assert!(BOX_PAYLOAD % 8 == 0);
+    assert!(BOX_PAYLOAD == crate::link::FASTBOX_MAX);
 };
 
 /// A mapped segment.

@@ -165,9 +165,17 @@ fn stale_segments_of_dead_processes_are_removed() {
     assert!(!std::path::Path::new("/dev/shm/rl-t-stale-0-999999999").exists());
 }
 
-fn hdr(tag: u32, len: usize) -> crate::frame::FrameHeader {
+fn fp() -> ringleader_core::Fingerprint {
     use ringleader_core::{DType, Fingerprint, OpKind};
-    crate::frame::FrameHeader::data(5, Fingerprint::new(OpKind::AllReduce, DType::U8, 9), tag, len as u64)
+    Fingerprint::new(OpKind::AllReduce, DType::U8, 9)
+}
+
+fn head(tag: u32) -> crate::link::BoxHead {
+    crate::link::BoxHead { seq: 5, fingerprint: crate::link::BoxHead::words(&fp()), tag }
+}
+
+fn hdr(tag: u32, len: usize) -> crate::frame::FrameHeader {
+    crate::frame::FrameHeader::data(5, fp(), tag, len as u64)
 }
 
 #[test]
@@ -175,18 +183,22 @@ fn fastbox_frames_keep_their_place_among_ring_bytes() {
     let (mut a, mut b, _, _) = pair("t-box-order");
     // Ring bytes, then a fastbox frame, then ring bytes again.
     assert_eq!(a.try_write(&[IoSlice::new(b"first...")]).unwrap(), 8);
-    assert!(a.box_send(&hdr(1, 3), b"box").unwrap());
+    assert!(a.box_send(&head(1), b"box").unwrap());
     assert_eq!(a.try_write(&[IoSlice::new(b"third...")]).unwrap(), 8);
     // The box waits for the ring bytes before it, and they stop at it.
-    assert!(b.box_recv().unwrap().is_none());
+    assert!(!b.box_recv(&mut |_, _| panic!("nothing to take")).unwrap());
     let mut buf = [0u8; 64];
     assert_eq!(b.try_read(&mut buf).unwrap(), 8);
     assert_eq!(&buf[..8], b"first...");
     assert_eq!(b.try_read(&mut buf).unwrap(), 0, "read past a waiting fastbox frame");
     assert!(b.ready(false), "a waiting fastbox frame is something to read");
-    let f = b.box_recv().unwrap().expect("the fastbox frame is next");
-    assert_eq!((f.header().unwrap(), f.payload()), (hdr(1, 3), &b"box"[..]));
-    assert!(b.box_recv().unwrap().is_none(), "taken once");
+    let mut got = None;
+    assert!(
+        b.box_recv(&mut |h, p| got = Some((h.header(p.len()).unwrap(), p.to_vec()))).unwrap(),
+        "the fastbox frame is next"
+    );
+    assert_eq!(got, Some((hdr(1, 3), b"box".to_vec())));
+    assert!(!b.box_recv(&mut |_, _| panic!("taken once")).unwrap());
     assert_eq!(b.try_read(&mut buf).unwrap(), 8);
     assert_eq!(&buf[..8], b"third...");
     assert!(!b.ready(false));
@@ -195,37 +207,38 @@ fn fastbox_frames_keep_their_place_among_ring_bytes() {
 #[test]
 fn a_writer_without_a_free_cell_is_told_so_and_reuses_cells_once_read() {
     let (mut a, mut b, _, _) = pair("t-box-full");
-    let payload: Vec<u8> = (0..BOX_PAYLOAD as u8).collect();
-    assert!(!a.box_send(&hdr(0, BOX_PAYLOAD + 1), &[0; BOX_PAYLOAD + 1]).unwrap(), "too large");
+    let payload: Vec<u8> = (0..BOX_PAYLOAD).map(|i| i as u8).collect();
+    assert!(!a.box_send(&head(0), &[0; BOX_PAYLOAD + 1]).unwrap(), "too large");
     for tag in 0..CELLS as u32 {
-        assert!(a.box_send(&hdr(tag, BOX_PAYLOAD), &payload).unwrap());
+        assert!(a.box_send(&head(tag), &payload).unwrap());
     }
-    assert!(!a.box_send(&hdr(99, 1), b"x").unwrap(), "every cell is taken");
+    assert!(!a.box_send(&head(99), b"x").unwrap(), "every cell is taken");
     // Around the cells twice, one frame at a time, every byte intact.
     for tag in 0..3 * CELLS as u32 {
-        let f = b.box_recv().unwrap().expect("a frame");
-        assert_eq!((f.tag, f.payload()), (tag, &payload[..]));
-        assert!(a.box_send(&hdr(tag + CELLS as u32, BOX_PAYLOAD), &payload).unwrap());
+        let mut got = None;
+        assert!(b.box_recv(&mut |h, p| got = Some((h.tag, p.to_vec()))).unwrap(), "a frame");
+        assert_eq!(got, Some((tag, payload.clone())));
+        assert!(a.box_send(&head(tag + CELLS as u32), &payload).unwrap());
     }
 }
 
 #[test]
 fn corrupt_fastbox_cells_are_errors_not_wild_reads() {
     let (mut a, mut b, _, _) = pair("t-box-bad");
-    assert!(a.box_send(&hdr(0, 8), b"12345678").unwrap());
+    assert!(a.box_send(&head(0), b"12345678").unwrap());
     let d = b.domain.clone();
     let cell = d.own.cell(b.rings, b.rx, 0);
     cell.len.store(u32::MAX, Ordering::Relaxed);
-    assert_eq!(b.box_recv().unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(b.box_recv(&mut |_, _| ()).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     // A position far past the ring's.
     cell.len.store(8, Ordering::Relaxed);
     cell.pos.store(u64::MAX / 2, Ordering::Relaxed);
-    assert_eq!(b.box_recv().unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(b.box_recv(&mut |_, _| ()).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     assert_eq!(b.try_read(&mut [0u8; 8]).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     // A reader count past what was written.
     a.peer_map().ring_header(a.tx).box_read.store(1000, Ordering::Release);
     for _ in 1..CELLS {
-        assert!(a.box_send(&hdr(0, 1), b"x").unwrap());
+        assert!(a.box_send(&head(0), b"x").unwrap());
     }
-    assert_eq!(a.box_send(&hdr(0, 1), b"x").unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(a.box_send(&head(0), b"x").unwrap_err().kind(), std::io::ErrorKind::InvalidData);
 }

@@ -38,6 +38,31 @@ impl Waiter {
         bell.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Publishes the CPU this rank runs on, and returns it. Stored only
+    /// when it changed: the doorbell's line is read by every peer that
+    /// writes to this rank, and a store would take it from their caches.
+    #[inline]
+    pub fn note_cpu(&self) -> u32 {
+        // SAFETY: no arguments; glibc answers from the thread's rseq area
+        // (or the vDSO, or the system call), -1 only on failure.
+        let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+        let published = &self.domain.own.doorbell().cpu;
+        if published.load(Ordering::Relaxed) != cpu + 1 {
+            published.store(cpu + 1, Ordering::Relaxed);
+        }
+        cpu
+    }
+
+    /// Whether `peer` last ran (as it last started a collective or
+    /// waited) on `cpu`.
+    #[inline]
+    pub fn peer_on(&self, peer: ringleader_core::Rank, cpu: u32) -> bool {
+        match self.domain.peers.get(peer) {
+            Some(Some(m)) => m.doorbell().cpu.load(Ordering::Relaxed) == cpu + 1,
+            _ => false,
+        }
+    }
+
     /// Rings this rank's own doorbell: wakes its sleeping waits (another
     /// thread of this rank has new work for them).
     pub fn ring(&self) {
