@@ -68,8 +68,13 @@ print(f"first all_reduce done {first.group(1) if first else '?'} s after rank 0 
 if delays:
     since = "the kill" if killed else "entering the collective"
     print(f"failure known {min(delays):.2f} s to {max(delays):.2f} s after {since} (median {statistics.median(delays):.2f} s)")
+# The launcher prints each of the library's lines from 8 ranks and counts
+# the others in one line at the end.
+hidden = sum(int(m.group(1)) for m in re.finditer(r"ringleader launch: (\d+) more cop(?:y|ies) of the line rank \d+ printed above", err))
 if printed:
     print(f"{len(printed)} ranks printed a verdict, {min(printed):.2f} s to {max(printed):.2f} s after the kill (median {statistics.median(printed):.2f} s; read off the launcher's output)")
+if hidden:
+    print(f"{hidden} more ranks printed the same line, counted by the launcher instead of repeated")
 print(f"a rank's line: {verdict[:300]}")
 print(f"whole job's log: {len(out.encode()) + len(err.encode())} bytes ({len(err.splitlines())} lines on stderr)")
 EOF

@@ -12,8 +12,8 @@
 //! one printing the whole verdict prints one line naming the culprit. A
 //! big job would repeat it hundreds of times, so [`Repeats`] lets the
 //! first few ranks print each such line and counts the others, which the
-//! launcher names at the end (`ranks 9-511 (503 ranks) printed the same
-//! line as rank 1`).
+//! launcher names at the end (`503 more copies of the line rank 1
+//! printed above, from ranks 9-511 (503 ranks), were not printed`).
 
 use ringleader_core::error::fmt_ranks;
 use std::collections::HashMap;
@@ -78,8 +78,13 @@ impl Repeats {
                 let mut hidden = s.hidden.clone();
                 hidden.sort_unstable();
                 let first = s.shown.first().copied().unwrap_or_default();
-                let verb = if hidden.len() == 1 { "printed" } else { "each printed" };
-                (s.order, format!("{} {verb} the line rank {first} printed above (not repeated)", fmt_ranks(&hidden)))
+                let copies = match hidden.len() {
+                    1 => "1 more copy".to_string(),
+                    n => format!("{n} more copies"),
+                };
+                let were = if hidden.len() == 1 { "was" } else { "were" };
+                let from = fmt_ranks(&hidden);
+                (s.order, format!("{copies} of the line rank {first} printed above, from {from}, {were} not printed"))
             })
             .collect();
         out.sort();
@@ -203,8 +208,8 @@ mod tests {
         assert_eq!(
             r.report(),
             [format!(
-                "ranks {REPEATS_SHOWN}-19 ({} ranks) each printed the line rank 0 printed above (not repeated)",
-                20 - REPEATS_SHOWN
+                "{n} more copies of the line rank 0 printed above, from ranks {REPEATS_SHOWN}-19 ({n} ranks), were not printed",
+                n = 20 - REPEATS_SHOWN
             )]
         );
         // Through the copying, as the launcher uses it.
