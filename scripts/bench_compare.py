@@ -40,12 +40,49 @@ table shows per cell the median and the [min-max] over the repeats, and
     shm = ompi-c-sm time / rl-perf-shm time
     tcp = ompi-c-tcp time / rl-perf-tcp time      (above 1: ringleader is faster)
 
-Every repeat's row (and a header line and each cell's summary) is appended to
+Two more like-for-like tables measure the same ops and sizes the same way
+(written buffers, warm-up, a barrier, adaptive iterations agreed through an
+all_reduce(MAX) of the estimate, each rank's mean per call in a Python loop,
+the slowest rank's reported, one checked call on fresh inputs: the method of
+scripts/bench_py_worker.py's measure(), which both use), with Python on both
+sides of each:
+
+  --python  ringleader's Python API on numpy arrays
+            (scripts/bench_py_worker.py --lib ringleader, under `ringleader
+            launch --nproc-per-node N`; rl-py-shm, rl-py-tcp:
+            RINGLEADER_TRANSPORT=shm / tcp) against Open MPI through mpi4py
+            (--lib mpi4py, the calls of this script's mpi4py table, under
+            mpirun with the native table's options; ompi-py-sm, ompi-py-tcp).
+            Calls: pg.all_reduce(buf) / Allreduce(IN_PLACE, buf, SUM),
+            pg.all_gather(out, inp) / Allgather(inp, out),
+            pg.broadcast(buf, root) / Bcast(buf, root),
+            pg.reduce_scatter(out, inp) / Reduce_scatter_block(inp, out, SUM),
+            pg.barrier() / Barrier().
+                shm = ompi-py-sm / rl-py-shm, tcp = ompi-py-tcp / rl-py-tcp
+  --torch   torch.distributed on CPU tensors under `torchrun --nproc-per-node
+            N` (scripts/bench_torch_worker.py), backend "ringleader"
+            (rl-torch-shm, rl-torch-tcp) against "gloo" (gloo-torch), the
+            same calls for both: dist.all_reduce(buf),
+            dist.all_gather_into_tensor(out, inp), dist.broadcast(buf, src),
+            dist.reduce_scatter_tensor(out, inp), dist.barrier().
+                shm = gloo-torch / rl-torch-shm, tcp = gloo-torch / rl-torch-tcp
+
+The ringleader side of both runs the source tree's package (ffi/python, put
+first on PYTHONPATH) with $RINGLEADER_LIBRARY, else the built
+target/release/libringleader.so: no install needed. --native, --python and
+--torch combine: one invocation runs every table asked for, each repeat
+running each table's launches in turn, and prints the tables one after the
+other, in the same format.
+
+Every repeat's row (and a header line and each cell's summary, each with
+its table's name) is appended to
 docs/perf/bench_native-<UTC date>-<commit>.jsonl (--raw PATH elsewhere,
 --no-raw not at all). The C program is compiled with `mpicc -O2` on first use
-(and again when its source is newer) into target/rl_mpi_bench/. Needs no
-Python package; needs mpicc and mpirun (apt-get install openmpi-bin
-libopenmpi-dev) for the ompi-c libraries.
+(and again when its source is newer) into target/rl_mpi_bench/. --native
+needs no Python package; it needs mpicc and mpirun (apt-get install
+openmpi-bin libopenmpi-dev) for the ompi-c libraries. --python needs numpy
+and mpi4py (pip install mpi4py) in the venv, --torch torch and torchrun;
+both run their workers on the venv's python.
 
 Examples:
     scripts/bench_compare.py --nproc 2 4 --ops all_reduce all_gather broadcast -e 64M --repeats 5
@@ -53,6 +90,8 @@ Examples:
     scripts/bench_compare.py --nproc 2 4 --sizes 8 1M 64M --repeats 7   # the issue's target points
     scripts/bench_compare.py --native --nproc 2 4 -b 8 -e 64M -f 2 --repeats 5   # the native comparison
     scripts/bench_compare.py --native --nproc 2 --sizes 8 1M --ops all_reduce --repeats 1 --no-raw   # a smoke test
+    scripts/bench_compare.py --native --python --torch --nproc 2 4 --sizes 8 4K 1M 64M --repeats 5   # all three tables
+    scripts/bench_compare.py --python --torch --nproc 2 --sizes 8 4K --repeats 1 --interleave sweep --no-raw   # smoke
 """
 
 import argparse
@@ -82,6 +121,25 @@ MPI_BTL_ARGS = {
 }
 
 
+def mpi_call(comm, MPI, op, inp, out, root):
+    """One call of `op` through mpi4py on numpy arrays, as a function: the
+    calls of this script's mpi4py table and of the Python table's mpi4py
+    side (scripts/bench_py_worker.py)."""
+    rank = comm.Get_rank()
+    calls = {
+        # In place, as ringleader's and gloo's all_reduce and reduce are.
+        "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, inp, op=MPI.SUM),
+        "all_gather": lambda: comm.Allgather(inp, out),
+        "reduce_scatter": lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM),
+        "broadcast": lambda: comm.Bcast(inp, root=root),
+        "reduce": lambda: (comm.Reduce(MPI.IN_PLACE, inp, op=MPI.SUM, root=root) if rank == root
+                           else comm.Reduce(inp, None, op=MPI.SUM, root=root)),
+        "all_to_all": lambda: comm.Alltoall(inp, out),
+        "barrier": lambda: comm.Barrier(),
+    }
+    return calls[op]
+
+
 def mpi_worker(args):
     """One rank under mpirun; rank 0 prints one JSON line per size."""
     import numpy as np
@@ -104,17 +162,7 @@ def mpi_worker(args):
         # zero page, which costs no memory bandwidth (see bench_vs_gloo.py).
         inp = np.ones(in_len, dtype=np.float32)
         out = np.ones(out_len, dtype=np.float32)
-        calls = {
-            # In place, as ringleader's and gloo's all_reduce and reduce are.
-            "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, inp, op=MPI.SUM),
-            "all_gather": lambda: comm.Allgather(inp, out),
-            "reduce_scatter": lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM),
-            "broadcast": lambda: comm.Bcast(inp, root=args.root),
-            "reduce": lambda: (comm.Reduce(MPI.IN_PLACE, inp, op=MPI.SUM, root=args.root) if rank == args.root
-                               else comm.Reduce(inp, None, op=MPI.SUM, root=args.root)),
-            "all_to_all": lambda: comm.Alltoall(inp, out),
-        }
-        call = calls[op]
+        call = mpi_call(comm, MPI, op, inp, out, args.root)
         warm = max(args.warmup, 1)
         t = time.perf_counter()
         for _ in range(warm):
@@ -274,26 +322,180 @@ def fmt_us(t):
             return format(t / scale, "#.3g").rstrip(".") + unit
 
 
-def native_main(ap, args):
-    libs = args.libs or NATIVE_LIBS
-    ops = args.ops or NATIVE_OPS
-    if any(lib not in NATIVE_LIBS for lib in libs):
-        ap.error(f"--native compares {', '.join(NATIVE_LIBS)}")
-    if any(op not in NATIVE_OPS for op in ops):
-        ap.error(f"--native measures {', '.join(NATIVE_OPS)}")
-    if args.repeats < 1 or any(n < 1 for n in args.nproc):
-        ap.error("--repeats and --nproc must be at least 1")
-    if any(lib.startswith("ompi-c") for lib in libs):
-        if not shutil.which("mpirun"):
-            sys.exit("error: mpirun not found: the ompi-c libraries need Open MPI "
-                     "(apt-get install openmpi-bin libopenmpi-dev), or --libs without ompi-c-*")
-        args.mpi_bench_path = mpi_c_binary(args)
-    if any(lib.startswith("rl-perf") for lib in libs):
+# ---------------------------------------------------------------- Python and torch tables
+
+
+PY_LIBS = ["rl-py-shm", "rl-py-tcp", "ompi-py-sm", "ompi-py-tcp"]
+TORCH_LIBS = ["rl-torch-shm", "rl-torch-tcp", "gloo-torch"]
+PY_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_py_worker.py")
+TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_torch_worker.py")
+# The like-for-like tables: their libraries, in column order, and their
+# ratio columns (name, the other library, ringleader).
+TABLES = {
+    "native": {"libs": NATIVE_LIBS, "ratios": (("shm", "ompi-c-sm", "rl-perf-shm"), ("tcp", "ompi-c-tcp", "rl-perf-tcp")),
+               "what": "ringleader perf (Rust) against bench/mpi/rl_mpi_bench.c (C) on Open MPI, under mpirun"},
+    "python": {"libs": PY_LIBS, "ratios": (("shm", "ompi-py-sm", "rl-py-shm"), ("tcp", "ompi-py-tcp", "rl-py-tcp")),
+               "what": "ringleader's Python API (ringleader launch) against mpi4py on Open MPI (mpirun), "
+                       "numpy arrays"},
+    "torch": {"libs": TORCH_LIBS, "ratios": (("shm", "gloo-torch", "rl-torch-shm"), ("tcp", "gloo-torch", "rl-torch-tcp")),
+              "what": "torch.distributed, backend \"ringleader\" against \"gloo\" (torchrun), CPU tensors"},
+}
+# What a launched Python rank must not inherit from this process's
+# environment (were it started by a launcher itself).
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+               "RINGLEADER_STORE_ADDR", "RINGLEADER_RUN_ID", "TORCHELASTIC_RUN_ID")
+
+
+def worker_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def ringleader_python(ap):
+    """Where the ringleader package and its library come from: the source
+    tree's package (ffi/python, put first on PYTHONPATH, so that it wins over
+    a copy installed in the venv, whose commit nobody recorded) with
+    $RINGLEADER_LIBRARY, else the built target/release/libringleader.so, else
+    a library next to the package; no build or install is needed. Returns
+    (the environment to add, the package's folder, the library)."""
+    root = os.path.join(base.REPO, "ffi", "python")
+    pkg = os.path.join(root, "ringleader")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    library = os.environ.get("RINGLEADER_LIBRARY")
+    if library:
+        if not os.path.exists(library):
+            ap.error(f"RINGLEADER_LIBRARY={library} does not exist")
+    else:
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+        built = os.path.join(target, "release", "libringleader.so")
+        library = built if os.path.exists(built) else os.path.join(pkg, "libringleader.so")
+        if not os.path.exists(library):
+            ap.error(f"no libringleader.so at {built} nor in {pkg}: `cargo build --release -p ringleader-ffi`, "
+                     "or set RINGLEADER_LIBRARY")
+    env["RINGLEADER_LIBRARY"] = library
+    return env, pkg, library
+
+
+def run_launched(cmd, label, args, env, out_json):
+    """One launch of a worker whose rank 0 appends rows to `out_json`: rows
+    by bytes, or raises RuntimeError with the launch's output."""
+    code, out, err = base.run_bounded(cmd, label, args.timeout, env=env)
+    rows = read_json_lines(out_json)
+    # A nonzero exit with rows that counted wrong elements: the workers exit
+    # 1 on a wrong result, which the rows carry (the check column).
+    if code != 0 and not (rows and any(r.get("wrong") for r in rows.values())):
+        tail = "\n    ".join((err.strip() + "\n" + out.strip()).strip().splitlines()[-16:])
+        raise RuntimeError(f"{label}: exited with {code}:\n    {tail}")
+    return rows
+
+
+def worker_args(args, op, lib, out_json):
+    return ["--op", op, "--root", str(args.root), "--json", out_json, "--name", lib] + base.size_args(args)
+
+
+def run_py(args, op, n, lib):
+    """One launch of scripts/bench_py_worker.py for `lib` (PY_LIBS)."""
+    with tempfile.TemporaryDirectory(prefix="rl-bench-py-") as tmp:
+        out_json = os.path.join(tmp, "rows.jsonl")
+        if lib.startswith("rl-py"):
+            cmd = [args.ringleader, "launch", "--nproc-per-node", str(n), "--",
+                   sys.executable, PY_WORKER, "--lib", "ringleader"]
+            env = worker_env(dict(args.rl_python_env, RINGLEADER_TRANSPORT=lib.rsplit("-", 1)[1]))
+        else:
+            cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+            if os.geteuid() == 0:
+                cmd.insert(1, "--allow-run-as-root")
+            cmd += MPI_BTL_ARGS[lib.rsplit("-", 1)[1]] + [sys.executable, PY_WORKER, "--lib", "mpi4py"]
+            env = worker_env()
+        return run_launched(cmd + worker_args(args, op, lib, out_json), f"{lib} {op} x{n}", args, env, out_json)
+
+
+def run_torch(args, op, n, lib):
+    """One torchrun launch of scripts/bench_torch_worker.py for `lib` (TORCH_LIBS)."""
+    with tempfile.TemporaryDirectory(prefix="rl-bench-torch-") as tmp:
+        out_json = os.path.join(tmp, "rows.jsonl")
+        backend = "gloo" if lib == "gloo-torch" else "ringleader"
+        env = worker_env() if backend == "gloo" else worker_env(
+            dict(args.rl_python_env, RINGLEADER_TRANSPORT=lib.rsplit("-", 1)[1]))
+        cmd = [args.torchrun, "--nproc-per-node", str(n), "--master-addr", "127.0.0.1",
+               "--master-port", str(base.free_port()), TORCH_WORKER, "--backend", backend,
+               "--timeout", str(max(10.0, args.timeout - 10))]
+        return run_launched(cmd + worker_args(args, op, lib, out_json), f"{lib} {op} x{n}", args, env, out_json)
+
+
+def like_runner(lib):
+    if lib in NATIVE_LIBS:
+        return native_runner(lib)
+    if lib in PY_LIBS:
+        return lambda a, op, n: run_py(a, op, n, lib)
+    return lambda a, op, n: run_torch(a, op, n, lib)
+
+
+def importable(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def prepare_tables(ap, args, tables):
+    """Checks what the tables' libraries need and finds it (binaries, the C
+    program, the Python packages); exits naming what is missing."""
+    libs = [lib for t in tables.values() for lib in t]
+    if any(lib.startswith("rl-") for lib in libs):
         if not args.ringleader:
             target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
             args.ringleader = os.path.join(target, "release", "ringleader")
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
+    if any(lib.startswith("ompi-") for lib in libs) and not shutil.which("mpirun"):
+        sys.exit("error: mpirun not found: the ompi libraries need Open MPI "
+                 "(apt-get install openmpi-bin libopenmpi-dev), or --libs without ompi-*")
+    if any(lib.startswith("ompi-c") for lib in libs):
+        args.mpi_bench_path = mpi_c_binary(args)
+    if "python" in tables or "torch" in tables:
+        if not importable("numpy"):
+            sys.exit(f"error: numpy is not importable in {sys.executable} (the venv: pip install numpy)")
+    if any(lib.startswith("ompi-py") for lib in libs) and not importable("mpi4py"):
+        sys.exit(f"error: mpi4py is not importable in {sys.executable}: `{sys.executable} -m pip install mpi4py` "
+                 "(needs mpicc), or --libs without ompi-py-*")
+    if "torch" in tables:
+        if not importable("torch"):
+            sys.exit(f"error: torch is not importable in {sys.executable} (set RINGLEADER_VENV)")
+        args.torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        if not os.access(args.torchrun, os.X_OK):
+            args.torchrun = shutil.which("torchrun")
+            if not args.torchrun:
+                sys.exit(f"error: no torchrun next to {sys.executable} nor on PATH")
+    args.rl_python_env, args.rl_python = {}, None
+    if any(lib.startswith(("rl-py", "rl-torch")) for lib in libs):
+        env, pkg, library = ringleader_python(ap)
+        args.rl_python_env = env
+        args.rl_python = {"package": pkg, "library": library, "env": env}
+        print(f"# ringleader's Python package: {pkg}, library {library}", file=sys.stderr, flush=True)
+
+
+def like_main(ap, args):
+    """The like-for-like tables asked for (--native, --python, --torch), in
+    one invocation: their launches interleaved, one raw file."""
+    names = [t for t in TABLES if getattr(args, t)]
+    every = [lib for t in names for lib in TABLES[t]["libs"]]
+    if args.libs:
+        stray = [lib for lib in args.libs if lib not in every]
+        if stray:
+            ap.error(f"--libs {' '.join(stray)}: not in the tables asked for ({', '.join(names)}: {' '.join(every)})")
+    tables = {t: [lib for lib in TABLES[t]["libs"] if not args.libs or lib in args.libs] for t in names}
+    for t, libs in tables.items():
+        if not libs:
+            ap.error(f"--libs leaves the {t} table nothing to run (its libraries: {' '.join(TABLES[t]['libs'])})")
+    ops = args.ops or NATIVE_OPS
+    if any(op not in NATIVE_OPS for op in ops):
+        ap.error(f"--{'/--'.join(names)} measure{'s' if len(names) == 1 else ''} {', '.join(NATIVE_OPS)}")
+    if args.repeats < 1 or any(n < 1 for n in args.nproc):
+        ap.error("--repeats and --nproc must be at least 1")
+    prepare_tables(ap, args, tables)
 
     start = datetime.datetime.now(datetime.timezone.utc)
     commit = git_commit()
@@ -310,79 +512,105 @@ def native_main(ap, args):
                 f.write(json.dumps(dict(obj, run=run_id), sort_keys=False) + "\n")
 
     record({"kind": "run", "commit": commit, "argv": sys.argv[1:], "host": socket.gethostname(),
-            "cpus": os.cpu_count(), "libs": libs, "ops": ops, "nproc": args.nproc,
-            "sizes": base.sizes_of(args), "repeats": args.repeats, "interleave": args.interleave,
-            "ringleader": args.ringleader, "mpi_bench": getattr(args, "mpi_bench_path", None),
-            "mpi_btl_args": MPI_BTL_ARGS})
+            "cpus": os.cpu_count(), "tables": tables, "libs": [lib for t in tables.values() for lib in t],
+            "ops": ops, "nproc": args.nproc, "sizes": base.sizes_of(args), "repeats": args.repeats,
+            "interleave": args.interleave, "ringleader": args.ringleader,
+            "mpi_bench": getattr(args, "mpi_bench_path", None), "mpi_btl_args": MPI_BTL_ARGS,
+            "python": sys.executable if set(tables) - {"native"} else None,
+            "torchrun": getattr(args, "torchrun", None), "rl_python": args.rl_python})
 
-    # The launches, in order: libraries interleaved per (op, nproc, size)
-    # (or per (op, nproc) with --interleave sweep), their order rotated
-    # each repeat so that none always runs first after a switch.
-    runs, failures = {}, set()  # (lib, op, n, bytes requested) -> [row per repeat]
+    # The launches, in order: each repeat runs every table; in a table the
+    # libraries are interleaved per (op, nproc, size) (or per (op, nproc)
+    # with --interleave sweep), their order rotated each repeat so that
+    # none always runs first after a switch.
+    runs, failures = {}, set()  # (table, lib, op, n, bytes requested) -> [row per repeat]
     all_sizes = base.sizes_of(args)
     for rep in range(args.repeats):
-        order = libs[rep % len(libs):] + libs[:rep % len(libs)]
+        for t, libs in tables.items():
+            order = libs[rep % len(libs):] + libs[:rep % len(libs)]
+            for op in ops:
+                for n in args.nproc:
+                    # barrier has no size: every program runs its one row of
+                    # size 0 whatever sizes it is given, so one launch each.
+                    groups = [[0]] if op == "barrier" else (
+                        [[b] for b in all_sizes] if args.interleave == "size" else [all_sizes])
+                    for sizes in groups:
+                        for lib in order:
+                            key = (t, lib, op, n, tuple(sizes))
+                            if key in failures:
+                                continue
+                            a = argparse.Namespace(**vars(args))
+                            a.sizes = sizes
+                            what = f"{lib} {op} x{n}" + (f" {sizes[0]} B" if len(sizes) == 1 else "")
+                            print(f"# repeat {rep + 1}/{args.repeats}: {what}", file=sys.stderr, flush=True)
+                            try:
+                                rows = base.run_once(like_runner(lib), a, op, n)
+                            except RuntimeError as e:
+                                print(f"error: {e}", file=sys.stderr, flush=True)
+                                failures.add(key)
+                                record({"kind": "failed", "table": t, "lib": lib, "op": op, "nproc": n,
+                                        "sizes": sizes, "repeat": rep + 1, "error": str(e)})
+                                continue
+                            for b, row in sorted(rows.items()):
+                                runs.setdefault((t, lib, op, n, b), []).append(row)
+                                record(dict({"kind": "repeat", "table": t, "lib_name": lib, "repeat": rep + 1}, **row))
+
+    # Per table, one row per (op, nproc, bytes): each library's median and spread.
+    out_tables, bad = {}, 0
+    for t, libs in tables.items():
+        table = []
         for op in ops:
             for n in args.nproc:
-                # barrier has no size: both programs run their one row of
-                # size 0 whatever sizes they are given, so one launch each.
-                groups = [[0]] if op == "barrier" else (
-                    [[b] for b in all_sizes] if args.interleave == "size" else [all_sizes])
-                for sizes in groups:
-                    for lib in order:
-                        key = (lib, op, n, tuple(sizes))
-                        if key in failures:
+                for b in sorted({k[4] for k in runs if k[0] == t and k[2] == op and k[3] == n}):
+                    row = {"table": t, "op": op, "nproc": n, "bytes": b}
+                    for lib in libs:
+                        reps = runs.get((t, lib, op, n, b))
+                        if not reps:
+                            row[lib] = None
                             continue
-                        a = argparse.Namespace(**vars(args))
-                        a.sizes = sizes
-                        what = f"{lib} {op} x{n}" + (f" {sizes[0]} B" if len(sizes) == 1 else "")
-                        print(f"# repeat {rep + 1}/{args.repeats}: {what}", file=sys.stderr, flush=True)
-                        try:
-                            rows = base.run_once(native_runner(lib), a, op, n)
-                        except RuntimeError as e:
-                            print(f"error: {e}", file=sys.stderr, flush=True)
-                            failures.add(key)
-                            record({"kind": "failed", "lib": lib, "op": op, "nproc": n, "sizes": sizes,
-                                    "repeat": rep + 1, "error": str(e)})
-                            continue
-                        for b, row in sorted(rows.items()):
-                            runs.setdefault((lib, op, n, b), []).append(row)
-                            record(dict({"kind": "repeat", "lib_name": lib, "repeat": rep + 1}, **row))
+                        times = [r["time_us"] for r in reps]
+                        med, lo, hi, q1, q3 = spread(times)
+                        algbw = b / (med * 1e-6) / 1e9 if med > 0 and b else 0.0
+                        row[lib] = {"time_us": med, "min_us": lo, "max_us": hi, "q1_us": q1, "q3_us": q3,
+                                    "times_us": times, "busbw_GBps": algbw * base.bus_factor(op, n),
+                                    "wrong": sum(r.get("wrong") or 0 for r in reps),
+                                    "checks": [r.get("check") for r in reps],
+                                    "lib_version": reps[0].get("lib_version")}
+                    for name, slow, fast in TABLES[t]["ratios"]:
+                        a, f = row.get(slow), row.get(fast)
+                        row[name] = a["time_us"] / f["time_us"] if a and f and f["time_us"] > 0 else None
+                    table.append(row)
+                    record(dict({"kind": "cell"}, **row))
+        out_tables[t] = table
+        bad += print_table(t, libs, table, args.repeats, commit, run_id)
+    if failures:
+        print(f"# failed launches (not repeated): {', '.join(' '.join(map(str, k[1:4])) for k in sorted(failures))}")
+    if raw_path:
+        shown = os.path.relpath(raw_path)
+        print(f"# every repeat: {raw_path if shown.startswith('..') else shown}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"rows": [r for t in out_tables.values() for r in t], "tables": out_tables,
+                       "repeats": args.repeats, "commit": commit, "run": run_id,
+                       "failed": [list(k) for k in sorted(failures)]}, f, indent=1)
+    return 1 if failures or bad else 0
 
-    # One row per (op, nproc, bytes): each library's median and spread.
-    table = []
-    for op in ops:
-        for n in args.nproc:
-            for b in sorted({k[3] for k in runs if k[1] == op and k[2] == n}):
-                row = {"op": op, "nproc": n, "bytes": b}
-                for lib in libs:
-                    reps = runs.get((lib, op, n, b))
-                    if not reps:
-                        row[lib] = None
-                        continue
-                    times = [r["time_us"] for r in reps]
-                    med, lo, hi, q1, q3 = spread(times)
-                    algbw = b / (med * 1e-6) / 1e9 if med > 0 and b else 0.0
-                    row[lib] = {"time_us": med, "min_us": lo, "max_us": hi, "q1_us": q1, "q3_us": q3,
-                                "times_us": times, "busbw_GBps": algbw * base.bus_factor(op, n),
-                                "wrong": sum(r.get("wrong") or 0 for r in reps),
-                                "lib_version": reps[0].get("lib_version")}
-                for name, slow, fast in (("shm", "ompi-c-sm", "rl-perf-shm"), ("tcp", "ompi-c-tcp", "rl-perf-tcp")):
-                    a, f = row.get(slow), row.get(fast)
-                    row[name] = a["time_us"] / f["time_us"] if a and f and f["time_us"] > 0 else None
-                table.append(row)
-                record(dict({"kind": "cell"}, **row))
 
+def print_table(name, libs, table, repeats, commit, run_id):
+    """Prints one like-for-like table; returns its wrong elements."""
     def cell(c):
         if not c:
             return "-"
         return f"{fmt_us(c['time_us'])} [{fmt_us(c['min_us'])}-{fmt_us(c['max_us'])}]"
 
-    print(f"# native: median [min-max] of {args.repeats} launch(es) per cell, microseconds (m: ms, s: s); "
+    ratios = [r for r in TABLES[name]["ratios"] if r[1] in libs and r[2] in libs]
+    print(f"# {name}: median [min-max] of {repeats} launch(es) per cell, microseconds (m: ms, s: s); "
           f"float32; time per call on the slowest rank; {commit}, {run_id}")
-    print("# shm = ompi-c-sm / rl-perf-shm, tcp = ompi-c-tcp / rl-perf-tcp (above 1: ringleader is faster)")
+    print(f"# {name}: {TABLES[name]['what']}")
+    print("# " + ", ".join(f"{r} = {slow} / {fast}" for r, slow, fast in ratios)
+          + " (above 1: ringleader is faster)")
     head = f"{'op':<15}{'n':>3}{'bytes':>10}" + "".join(f"{lib:>24}" for lib in libs)
-    head += f"{'shm':>7}{'tcp':>7}  check"
+    head += "".join(f"{r:>7}" for r, _, _ in TABLES[name]["ratios"]) + "  check"
     print(head)
     bad = 0
     for row in table:
@@ -390,20 +618,12 @@ def native_main(ap, args):
         bad += wrong
         line = f"{row['op']:<15}{row['nproc']:>3}{row['bytes']:>10}"
         line += "".join(f"{cell(row.get(lib)):>24}" for lib in libs)
-        for name in ("shm", "tcp"):
-            line += f"{'-' if row[name] is None else format(row[name], '.2f'):>7}"
+        for r, _, _ in TABLES[name]["ratios"]:
+            line += f"{'-' if row[r] is None else format(row[r], '.2f'):>7}"
         line += "  " + ("ok" if wrong == 0 else f"FAIL ({wrong} wrong)")
         print(line)
-    if failures:
-        print(f"# failed launches (not repeated): {', '.join(' '.join(map(str, k[:3])) for k in sorted(failures))}")
-    if raw_path:
-        shown = os.path.relpath(raw_path)
-        print(f"# every repeat: {raw_path if shown.startswith('..') else shown}")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump({"rows": table, "repeats": args.repeats, "commit": commit, "run": run_id,
-                       "failed": [list(k) for k in sorted(failures)]}, f, indent=1)
-    return 1 if failures or bad else 0
+    print()
+    return bad
 
 
 def main():
@@ -412,10 +632,16 @@ def main():
     ap.add_argument("--ringleader", help="the ringleader binary [default: target/release/ringleader]")
     ap.add_argument("--native", action="store_true",
                     help="the native table: ringleader perf against the C program over Open MPI (above)")
-    ap.add_argument("--libs", nargs="+", choices=LIBS + NATIVE_LIBS,
-                    help=f"[default: {' '.join(LIBS)}; with --native: {' '.join(NATIVE_LIBS)}]")
+    ap.add_argument("--python", action="store_true",
+                    help="the Python table: ringleader's Python API against mpi4py (above); combines with --native")
+    ap.add_argument("--torch", action="store_true",
+                    help="the torch table: torch.distributed, ringleader against gloo (above); combines with --native")
+    ap.add_argument("--libs", nargs="+", choices=LIBS + NATIVE_LIBS + PY_LIBS + TORCH_LIBS, metavar="LIB",
+                    help=f"[default: {' '.join(LIBS)}; with --native: {' '.join(NATIVE_LIBS)}; with --python: "
+                         f"{' '.join(PY_LIBS)}; with --torch: {' '.join(TORCH_LIBS)}]")
     ap.add_argument("--ops", nargs="+", choices=base.OPS + ["barrier"],
-                    help="[default: all_reduce all_gather broadcast; with --native: " + " ".join(NATIVE_OPS) + "]")
+                    help="[default: all_reduce all_gather broadcast; with --native, --python, --torch: "
+                         + " ".join(NATIVE_OPS) + "]")
     ap.add_argument("--op", choices=base.OPS + ["barrier"], help=argparse.SUPPRESS)
     ap.add_argument("--nproc", nargs="+", type=int, default=[2, 4])
     base.add_size_args(ap, stepfactor=8)
@@ -426,10 +652,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run before it is killed")
     ap.add_argument("--json", dest="json_out", help="write every row (with each repeat's time) here")
     ap.add_argument("--interleave", choices=["size", "sweep"], default="size",
-                    help="--native: one launch per (lib, op, nproc, size), or per (lib, op, nproc) [default: size]")
-    ap.add_argument("--raw", help="--native: append every repeat here "
+                    help="--native/--python/--torch: one launch per (lib, op, nproc, size), or per (lib, op, nproc) "
+                         "[default: size]")
+    ap.add_argument("--raw", help="--native/--python/--torch: append every repeat here "
                     "[default: docs/perf/bench_native-<UTC date>-<commit>.jsonl]")
-    ap.add_argument("--no-raw", action="store_true", help="--native: keep no raw file (smoke tests)")
+    ap.add_argument("--no-raw", action="store_true", help="--native/--python/--torch: keep no raw file (smoke tests)")
     ap.add_argument("--mpicc", default="mpicc", help="--native: the compiler for the C program [default: mpicc]")
     ap.add_argument("--mpi-bench", help="--native: a built rl_mpi_bench instead of target/rl_mpi_bench/")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
@@ -443,12 +670,12 @@ def main():
     if args.gloo_worker:
         base.gloo_worker(args)
         return 0
-    if args.native:
-        return native_main(ap, args)
+    if args.native or args.python or args.torch:
+        return like_main(ap, args)
     args.libs = args.libs or LIBS
     args.ops = args.ops or ["all_reduce", "all_gather", "broadcast"]
     if any(lib not in LIBS for lib in args.libs) or "barrier" in args.ops:
-        ap.error(f"without --native: --libs from {', '.join(LIBS)}, and no barrier")
+        ap.error(f"without --native, --python or --torch: --libs from {', '.join(LIBS)}, and no barrier")
     libs = list(args.libs)
     why = mpi_available()
     if why and any(lib.startswith("ompi") for lib in libs):
@@ -510,6 +737,8 @@ def ensure_venv_python():
 
 
 if __name__ == "__main__":
-    if "--mpi-worker" not in sys.argv and "--native" not in sys.argv:
+    # --native alone needs no Python package; the other modes need the
+    # venv's (torch, numpy, mpi4py), and their workers run on this python.
+    if "--mpi-worker" not in sys.argv and not ("--native" in sys.argv and not {"--python", "--torch"} & set(sys.argv)):
         ensure_venv_python()
     sys.exit(main())
