@@ -288,7 +288,7 @@ impl Communicator {
             Dispatch::Engine(req) => req,
         };
         let op = req.fp.op;
-        match self.shared.enqueue(req, false)? {
+        match self.shared.enqueue(&req, false)? {
             Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq, limit }),
             Enqueued::Inline(_) => Err(Error::Internal {
                 rank: self.shared.rank,

@@ -44,7 +44,7 @@ pub(crate) enum Task {
 }
 
 /// An operation as submitted.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Submission {
     pub task: Task,
     pub fp: Fingerprint,
@@ -208,10 +208,21 @@ impl Drop for CallGuard<'_> {
 
 /// How a submission proceeds.
 pub(crate) enum Enqueued {
-    /// Run it now on this thread, then call [`Shared::finish_inline`].
-    Inline(Job),
+    /// Run it now on this thread, as [`Shared::inline_job`] makes it from
+    /// the submission and this, then call [`Shared::finish_inline`]. (The
+    /// job is made where it runs: moving it costs as much as a small
+    /// collective's bookkeeping.)
+    Inline(Claimed),
     /// The engine thread will run it.
     Queued(Arc<Completion>, u64),
+}
+
+/// An inline run's number, flight record and start stamp.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claimed {
+    seq: u64,
+    record: u64,
+    at: u64,
 }
 
 /// What a rank that joined its job hands the engine ([`Shared::new`]).
@@ -305,7 +316,7 @@ impl Shared {
 
     /// Numbers, records and queues an operation.
     #[inline(always)]
-    pub(crate) fn enqueue(&self, req: Submission, sync: bool) -> Result<Enqueued> {
+    pub(crate) fn enqueue(&self, req: &Submission, sync: bool) -> Result<Enqueued> {
         crate::stacks::note_caller();
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -319,18 +330,29 @@ impl Shared {
         }
         s.seq += 1;
         let seq = s.seq;
-        let inline = sync && !s.busy && s.queue.is_empty();
-        let (record, unwritten) = if inline {
-            let (id, at) = self.fr.begin_started(seq);
-            (id, Some((at, req.site)))
-        } else {
-            (self.fr.record_at(req.fp, seq, 0, req.site), None)
-        };
+        if sync && !s.busy && s.queue.is_empty() {
+            let (record, at) = self.fr.begin_started(seq);
+            s.busy = true;
+            return Ok(Enqueued::Inline(Claimed { seq, record, at }));
+        }
+        let record = self.fr.record_at(req.fp, seq, 0, req.site);
+        let mut job = self.job(req, seq, record, None);
+        let done = Completion::new();
+        job.done = Some(done.clone());
+        s.queue.push_back(job);
+        self.sched_cv.notify_all();
+        Ok(Enqueued::Queued(done, seq))
+    }
+
+    /// The job of a submission numbered `seq`, recorded as `record`
+    /// (started at `at` when it runs inline).
+    #[inline(always)]
+    fn job(&self, req: &Submission, seq: u64, record: u64, at: Option<u64>) -> Job {
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
             Task::Coll(_) => watchdog::op_timeout(self.cfg.timeout, None),
         };
-        let mut job = Job {
+        Job {
             task: req.task,
             fp: req.fp,
             seq,
@@ -340,20 +362,17 @@ impl Shared {
             out: req.out,
             timeout,
             done: None,
-            started: inline,
-            unwritten: Cell::new(unwritten),
+            started: at.is_some(),
+            unwritten: Cell::new(at.map(|at| (at, req.site))),
             ran: Cell::new(None),
             owner: self.rank,
-        };
-        if inline {
-            s.busy = true;
-            return Ok(Enqueued::Inline(job));
         }
-        let done = Completion::new();
-        job.done = Some(done.clone());
-        s.queue.push_back(job);
-        self.sched_cv.notify_all();
-        Ok(Enqueued::Queued(done, seq))
+    }
+
+    /// The job an inline claim runs.
+    #[inline(always)]
+    pub(crate) fn inline_job(&self, req: &Submission, c: Claimed) -> Job {
+        self.job(req, c.seq, c.record, Some(c.at))
     }
 
     /// Marks the engine idle after an inline run.
@@ -369,8 +388,9 @@ impl Shared {
 
     /// Runs a synchronous operation to completion.
     pub(crate) fn run_sync(&self, req: Submission) -> Result<()> {
-        match self.enqueue(req, true)? {
-            Enqueued::Inline(job) => {
+        match self.enqueue(&req, true)? {
+            Enqueued::Inline(claim) => {
+                let job = self.inline_job(&req, claim);
                 // Idle again however this ends (a panic is caught in
                 // `execute`; this holds even if one escaped).
                 struct Idle<'a>(&'a Shared);

@@ -111,6 +111,28 @@ fn wide(op: ReduceOp) -> bool {
 /// collective's reduction is a few elements).
 const NARROW_MAX: usize = 64;
 
+/// `dst op= src` for a few elements as bytes (a small collective's): one
+/// loop per op, each element read and written unaligned, with none of the
+/// wide loops' casts and dispatch around it.
+#[inline]
+fn reduce_narrow<T: Arith>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => narrow_loop::<T>(dst, src, T::add),
+        ReduceOp::Prod => narrow_loop::<T>(dst, src, T::mul),
+        ReduceOp::Min => narrow_loop::<T>(dst, src, T::min),
+        ReduceOp::Max => narrow_loop::<T>(dst, src, T::max),
+    }
+}
+
+#[inline(always)]
+fn narrow_loop<T: Arith>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
+    let size = std::mem::size_of::<T>();
+    for (d, s) in dst.chunks_exact_mut(size).zip(src.chunks_exact(size)) {
+        let v = f(bytemuck::pod_read_unaligned(d), bytemuck::pod_read_unaligned(s));
+        d.copy_from_slice(bytemuck::bytes_of(&v));
+    }
+}
+
 /// `dst op= src` with the best loop this CPU runs.
 #[allow(unsafe_code)]
 fn reduce_typed<T: Arith>(op: ReduceOp, dst: &mut [T], src: &[T]) {
@@ -368,6 +390,9 @@ macro_rules! dispatch {
 /// ```
 pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len()) / dtype.size() * dtype.size();
+    if n <= NARROW_MAX && !is_half(dtype) {
+        return dispatch!(dtype, reduce_narrow, op, &mut dst[..n], &src[..n]);
+    }
     if !(is_half(dtype) && try_half(dtype, op, &mut dst[..n], None, &src[..n])) {
         dispatch!(dtype, reduce_bytes_typed, op, &mut dst[..n], &src[..n])
     }
@@ -507,6 +532,36 @@ mod tests {
                     unsafe { avx2::reduce3_loop(op, &mut wide3, &a, &b) };
                     assert_eq!(base3, wide3, "{op:?} len {len} (three operands)");
                     assert_eq!(base3, base, "{op:?} len {len}: a op b either way");
+                }
+            }
+        }
+        check(|i| i as f32 * 0.37);
+        check(|i| i as f64 * -1.13);
+        check(|i| i as i8);
+        check(|i| i as u8);
+        check(|i| i.wrapping_mul(40_503));
+        check(|i| i as i64 * 1_000_003);
+    }
+
+    /// Byte buffers of up to [`NARROW_MAX`] bytes take the narrow loop:
+    /// the same bits as the typed loops, every op and dtype, aligned or not.
+    #[test]
+    fn narrow_buffers_reduce_as_the_wide_loops_do() {
+        fn check<T: Arith + PartialEq + std::fmt::Debug + Element>(from: impl Fn(i32) -> T) {
+            let size = std::mem::size_of::<T>();
+            for len in 0..=NARROW_MAX / size {
+                let a: Vec<T> = (0..len as i32).map(|i| from(i * 7 - 30)).collect();
+                let b: Vec<T> = (0..len as i32).map(|i| from(25 - i * 3)).collect();
+                for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg] {
+                    let mut want = a.clone();
+                    reduce_loop(op, &mut want, &b);
+                    for shift in [0, 1] {
+                        let mut raw = vec![0u8; len * size + shift];
+                        raw[shift..].copy_from_slice(bytemuck::cast_slice(&a));
+                        reduce_bytes(T::DTYPE, op, &mut raw[shift..], bytemuck::cast_slice(&b));
+                        let got: Vec<T> = raw[shift..].chunks(size).map(bytemuck::pod_read_unaligned).collect();
+                        assert_eq!(got, want, "{:?} {op:?} len {len} shift {shift}", T::DTYPE);
+                    }
                 }
             }
         }
