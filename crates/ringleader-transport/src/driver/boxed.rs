@@ -185,7 +185,7 @@ impl Driver {
                 }
                 let link = &mut *links[item.chan.peer][item.chan.stream as usize];
                 let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
-                if !fastbox::send(link, op, fingerprint, step.tag, data)? {
+                if !fastbox::send(link, item.chan.peer, op, fingerprint, step.tag, data)? {
                     return Ok(Outcome::HandOver { sends: sent, recvs: got });
                 }
                 sent |= bit(i);

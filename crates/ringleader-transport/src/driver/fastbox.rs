@@ -8,22 +8,26 @@ use super::frame_io::{check_decoded, lost};
 use super::strategy::{reduce_piece, rw};
 use crate::link::{BoxHead, Link, FASTBOX_MAX};
 use crate::plan::{Buf, OpInfo, RecvItem, RecvMode};
-use ringleader_core::{Error, Result};
+use ringleader_core::{Error, Rank, Result};
 
-/// Sends frame `tag`, carrying `data`, in the link's fastbox if it has one
-/// free; `false`: it goes through the stream. `fingerprint`: `op`'s,
-/// encoded once for the run ([`BoxHead::words`]).
+/// Sends frame `tag`, carrying `data`, to `peer` in the link's fastbox if
+/// it has one free; `false`: it goes through the stream. `fingerprint`:
+/// `op`'s, encoded once for the run ([`BoxHead::words`]).
 #[inline]
-pub(super) fn send(link: &mut dyn Link, op: &OpInfo, fingerprint: [u64; 2], tag: u32, data: &[u8]) -> Result<bool> {
+pub(super) fn send(
+    link: &mut dyn Link,
+    peer: Rank,
+    op: &OpInfo,
+    fingerprint: [u64; 2],
+    tag: u32,
+    data: &[u8],
+) -> Result<bool> {
     // Larger frames do not ask the link: the ring path stays as it was.
     if data.len() > FASTBOX_MAX {
         return Ok(false);
     }
-    let peer = link.peer();
     let Some(fb) = link.fastbox() else { return Ok(false) };
-    if data.len() > fb.capacity() {
-        return Ok(false);
-    }
+    // A frame larger than this link's cells is refused there (`false`).
     let head = BoxHead { seq: op.seq, fingerprint, tag };
     fb.try_send(&head, data).map_err(|e| lost(peer, op, &format!("sending failed: {e}")))
 }
@@ -40,40 +44,31 @@ pub(super) fn recv(
     op: &OpInfo,
     fingerprint: [u64; 2],
 ) -> Result<bool> {
-    let peer = link.peer();
+    let peer = item.chan.peer;
     let Some(fb) = link.fastbox() else { return Ok(false) };
-    let mut checked = Ok(());
+    let mut failed = None;
     let mut take = |head: &BoxHead, data: &[u8]| {
-        checked = check(head, data.len(), peer, item, tag, op, fingerprint);
-        if checked.is_ok() {
-            land(bufs, item, data, op);
+        let expected =
+            head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && data.len() == item.region.len;
+        match expected || check(head, data.len(), peer, item, tag, op).map_err(|e| failed = Some(e)).is_ok() {
+            true => land(bufs, item, data, op),
+            false => {}
         }
     };
     match fb.try_recv(&mut take) {
-        Ok(true) => checked.map(|()| true),
+        Ok(true) => failed.map_or(Ok(true), Err),
         Ok(false) => Ok(false),
         Err(e) => Err(lost(peer, op, &format!("receiving failed: {e}"))),
     }
 }
 
-/// Checks a fastbox frame's header (and its length, `len`) against what
-/// `op` expects as frame `tag` of `item`: at once when it is exactly what
-/// was expected (the same sequence number, encoded fingerprint, tag and
-/// length), else decoded and checked as a stream frame's header would be,
-/// for the same errors.
-#[inline]
-fn check(
-    head: &BoxHead,
-    len: usize,
-    peer: ringleader_core::Rank,
-    item: &RecvItem,
-    tag: u32,
-    op: &OpInfo,
-    fingerprint: [u64; 2],
-) -> Result<()> {
-    if head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && len == item.region.len {
-        return Ok(());
-    }
+/// Checks a fastbox frame's header (and its length, `len`) that is not
+/// exactly what `op` expects as frame `tag` of `item` (the same sequence
+/// number, encoded fingerprint, tag and length): decoded and checked as a
+/// stream frame's header would be, for the same errors (without checks, a
+/// different call can still pass).
+#[cold]
+fn check(head: &BoxHead, len: usize, peer: Rank, item: &RecvItem, tag: u32, op: &OpInfo) -> Result<()> {
     let h = head.header(len).map_err(|e| Error::PeerProtocol { peer, detail: e.to_string() })?;
     check_decoded(&h, peer, tag, item.region.len, op)?;
     Ok(())

@@ -35,7 +35,9 @@ impl Driver {
                 break;
             }
             let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
-            if c.st.out.off == 0 && fastbox::send(link, op, self.boxed.fingerprint, c.st.send_pos as u32, data)? {
+            if c.st.out.off == 0
+                && fastbox::send(link, item.chan.peer, op, self.boxed.fingerprint, c.st.send_pos as u32, data)?
+            {
                 moved = true;
                 c.st.send_pos += 1;
                 self.send_done[si as usize] = true;
