@@ -50,9 +50,8 @@ pub(super) fn recv(
     let mut take = |head: &BoxHead, data: &[u8]| {
         let expected =
             head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && data.len() == item.region.len;
-        match expected || check(head, data.len(), peer, item, tag, op).map_err(|e| failed = Some(e)).is_ok() {
-            true => land(bufs, item, data, op),
-            false => {}
+        if expected || check(head, data.len(), peer, item, tag, op).map_err(|e| failed = Some(e)).is_ok() {
+            land(bufs, item, data, op);
         }
     };
     match fb.try_recv(&mut take) {
