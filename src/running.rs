@@ -101,24 +101,32 @@ mod tests {
 
     #[test]
     fn a_reader_never_sees_half_a_write() {
-        // The writer keeps seq and count equal; a torn read would not.
+        // The writer keeps seq and count equal; a torn read would not. It
+        // writes until the reader has checked enough reads (or a bound
+        // passed), so a reader scheduled late still overlaps it.
+        use std::sync::atomic::AtomicBool;
         let r = Arc::new(Running::default());
-        let w = r.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, halt) = (r.clone(), stop.clone());
         let writer = std::thread::spawn(move || {
-            for i in 1..200_000u64 {
+            let mut i = 0u64;
+            while !halt.load(Ordering::Relaxed) {
+                i += 1;
                 w.set(Some((i, fp(i))));
                 if i % 7 == 0 {
                     w.set(None);
                 }
             }
         });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         let mut seen = 0;
-        while !writer.is_finished() {
+        while seen < 100_000 && std::time::Instant::now() < deadline {
             if let Some((seq, f)) = r.get() {
                 assert_eq!(seq, f.count, "a torn read");
                 seen += 1;
             }
         }
+        stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
         assert!(seen > 0);
     }
