@@ -183,7 +183,7 @@ def worker(args) -> None:
 
 
 def breakdown_worker(args) -> None:
-    """One process, world size 1: each layer of one 8-byte all_reduce."""
+    """One process, world size 1: each layer of one 8-byte all_reduce (and the whole call at 4 KiB)."""
     import torch
     import torch.distributed as dist
     from torch._C._distributed_c10d import Backend as CBackend
@@ -191,11 +191,25 @@ def breakdown_worker(args) -> None:
     import ringleader.torch as rt
     from ringleader import _callsite, _lib
 
+    class Done(dist._Work):
+        """The cheapest completed Work a Python backend can return (no
+        Python __init__), the same in every column."""
+
+        __slots__ = ("_result",)
+
+        def wait(self, timeout=None) -> bool:
+            return True
+
+        def result(self):
+            return self._result
+
     class Idle(CBackend):
         """A backend that does nothing: what torch itself costs per call."""
 
         def allreduce(self, tensors, opts=None):
-            return rt._DoneWork(tensors) if hasattr(rt, "_DoneWork") else rt._TorchWork(None, tensors, None)
+            w = Done()
+            w._result = tensors
+            return w
 
         def getBackendName(self) -> str:  # noqa: N802 (torch's name)
             return "idle"
@@ -216,6 +230,7 @@ def breakdown_worker(args) -> None:
         return statistics.median(best)
 
     t = torch.ones(2)
+    t4k = torch.ones(1024)
     out = {}
     dist.init_process_group("ringleader")
     blocking = dist.AllreduceOptions()
@@ -225,18 +240,26 @@ def breakdown_worker(args) -> None:
     pg = rt.communicator()
     h = pg._h
     out["dist.all_reduce(t)"] = per_call(lambda: dist.all_reduce(t))
+    out["dist.all_reduce(t), 4 KiB"] = per_call(lambda: dist.all_reduce(t4k))
     out["dist.all_reduce(t, async_op=True).wait()"] = per_call(lambda: dist.all_reduce(t, async_op=True).wait())
     out["backend.allreduce (blocking opts)"] = per_call(lambda: backend.allreduce([t], blocking))
+    out["backend.allreduce (blocking opts), 4 KiB"] = per_call(lambda: backend.allreduce([t4k], blocking))
     out["backend.allreduce (async opts).wait()"] = per_call(lambda: backend.allreduce([t], asynchronous).wait())
     out["ringleader ProcessGroup.all_reduce(t)"] = per_call(lambda: pg.all_reduce(t))
     out["ringleader ProcessGroup.all_reduce(t, async_op=True).wait()"] = per_call(
         lambda: pg.all_reduce(t, async_op=True).wait())
     out["call-site capture (_callsite.note)"] = per_call(_callsite.note)
+    done = getattr(rt, "_done", None) or rt._DoneWork
+    out["the completed Work the backend returns"] = per_call(lambda: done([t]))
+    out["hash(opts.reduceOp) (torch's options, read)"] = per_call(lambda: hash(blocking.reduceOp))
     out["raw rl_all_reduce through ctypes"] = per_call(lambda: _lib.lib.rl_all_reduce(h, t.data_ptr(), 2, 0, 0, None))
+    fast = getattr(getattr(_lib, "hot", None), "rl_all_reduce", _lib.lib.rl_all_reduce)
+    out["raw rl_all_reduce, word-typed prototype (_lib.hot)"] = per_call(lambda: fast(h, t.data_ptr(), 2, 0, 0, None))
     dist.destroy_process_group()
     os.environ["MASTER_PORT"] = str(free_port())
     dist.init_process_group("idle")
     out["dist.all_reduce(t), a backend that does nothing"] = per_call(lambda: dist.all_reduce(t))
+    out["dist.all_reduce(t), 4 KiB, a backend that does nothing"] = per_call(lambda: dist.all_reduce(t4k))
     dist.destroy_process_group()
     with open(args.out, "w") as f:
         json.dump(out, f)

@@ -132,8 +132,23 @@ def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
 
 _OPS = dict(_lib.REDUCE_OPS)
 _BOOL, _CODE, _DEVICE = _buffers.BOOL, _buffers.CODE, _buffers.DEVICE
-_rl_all_reduce = _L.rl_all_reduce
-_note_site = _callsite.note
+# The blocking numpy lane of all_reduce: the buffers module's dtype table
+# less bool (which reduces only with min and max: the general path checks).
+# The lane reads the array's data pointer inline (see _buffers.NP_DATA_AT);
+# where that is not possible every call takes the general path.
+_NP_PLAIN = {dtype: code for dtype, code in _buffers._NP_CODES.items() if not code & _BOOL}
+_NP_DATA_AT = _buffers.NP_DATA_AT
+if _NP_DATA_AT is None:  # pragma: no cover
+    _NP_PLAIN = {}
+_ndarray, _C_WRITE = _buffers._ndarray, _buffers._C_WRITE
+_from_address = ctypes.c_void_p.from_address
+_hot = _lib.hot
+_rl_all_reduce, _rl_all_gather, _rl_reduce_scatter = _hot.rl_all_reduce, _hot.rl_all_gather, _hot.rl_reduce_scatter
+_rl_broadcast, _rl_reduce, _rl_all_to_all = _hot.rl_broadcast, _hot.rl_reduce, _hot.rl_all_to_all
+_rl_send, _rl_recv, _rl_barrier = _hot.rl_send, _hot.rl_recv, _hot.rl_barrier
+# Every caller of _note_site is one of this module's functions, so the walk
+# to the user's frame starts at its caller.
+_note_site = _callsite.note_caller
 
 
 def _destroyed() -> Error:
@@ -202,13 +217,13 @@ class Work:
         with self._lock:
             if not self._done:
                 deadline = None if limit < 0 else time.monotonic() + limit
-                done = ctypes.c_bool()
                 while self._handles:
                     left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
                     h = self._handles[0]
                     code = _L.rl_work_wait(h, left)
                     if code:
                         err = last_error(code)
+                        done = ctypes.c_bool()
                         _L.rl_work_test(h, _byref(done))
                         if not done.value:
                             raise err  # our wait ran out; the call still runs: wait again
@@ -297,10 +312,26 @@ class ProcessGroup:
 
     # -- collectives -------------------------------------------------------
     # Each resolves its buffers to (pointer, count, dtype code) and calls the
-    # C ABI; the sync path is kept short (it is the latency path).
+    # C ABI (the word-typed prototypes of _lib.hot); the blocking path is
+    # spelled out in each method, because at small sizes this Python is most
+    # of a call's time. Checks run in the same order in every path, so that
+    # the first thing wrong is the one named.
 
     def all_reduce(self, buf, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``buf`` across all ranks, in place."""
+        if buf.__class__ is _ndarray and not async_op:
+            # The latency lane: a blocking call on a writable, contiguous
+            # numpy array of a plain dtype (not bool), op given by name.
+            # Anything else, every error included, takes the general path.
+            code = _NP_PLAIN.get(buf.dtype)
+            opc = _OPS.get(op) if op.__class__ is str else None
+            h = self._h
+            if code is not None and opc is not None and h is not None and buf.flags.num & _C_WRITE == _C_WRITE:
+                _note_site()
+                rc = _rl_all_reduce(h, _from_address(id(buf) + _NP_DATA_AT).value, buf.size, code, opc, None)
+                if rc:
+                    raise last_error(rc)
+                return None
         ptr, count, code = _resolve(buf, "buf", True)
         opc = _OPS.get(op) if op.__class__ is str else None
         if opc is None:
@@ -322,51 +353,104 @@ class ProcessGroup:
 
     def reduce_scatter(self, out, inp, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``inp`` (world_size x len(out) elements) across ranks; segment ``rank`` lands in ``out``."""
-        (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
-        _buffers.same_dtype(ocode, icode, "out", "inp")
-        _buffers.same_place(ocode, icode, "out", "inp")
-        _buffers.check_bool_op(icode, op, "inp")
-        args = (self._handle(), ip, ic, op_, oc, icode & _CODE, _reduce_op(op))
+        op_, oc, ocode = _resolve(out, "out", True)
+        ip, ic, icode = _resolve(inp, "inp", False)
+        if ocode != icode:
+            _buffers.same_dtype(ocode, icode, "out", "inp")
+            _buffers.same_place(ocode, icode, "out", "inp")
+        if icode & _BOOL:
+            _buffers.check_bool_op(icode, op, "inp")
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        opc = _OPS.get(op) if op.__class__ is str else None
+        if opc is None:
+            opc = _reduce_op(op)
+        args = (h, ip, ic, op_, oc, icode & _CODE, opc)
         if icode & _DEVICE:
             return self._on_device(_L.rl_reduce_scatter_device, args, async_op, out, (out, inp))
-        return self._run(_L.rl_reduce_scatter, args, async_op, (out, inp))
+        if not async_op:
+            _note_site()
+            rc = _rl_reduce_scatter(*args, None)
+            if rc:
+                raise last_error(rc)
+            return None
+        return self._submit(_rl_reduce_scatter, args, (out, inp))
 
     def all_gather(self, out, inp, async_op: bool = False) -> Optional[Work]:
         """Concatenates every rank's ``inp`` in rank order into ``out`` (world_size x len(inp) elements)."""
-        (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
-        _buffers.same_dtype(ocode, icode, "out", "inp")
-        _buffers.same_place(ocode, icode, "out", "inp")
-        args = (self._handle(), ip, ic, op_, oc, icode & _CODE)
+        op_, oc, ocode = _resolve(out, "out", True)
+        ip, ic, icode = _resolve(inp, "inp", False)
+        if ocode != icode:
+            _buffers.same_dtype(ocode, icode, "out", "inp")
+            _buffers.same_place(ocode, icode, "out", "inp")
+        h = self._h
+        if h is None:
+            raise _destroyed()
         if icode & _DEVICE:
-            return self._on_device(_L.rl_all_gather_device, args, async_op, out, (out, inp))
-        return self._run(_L.rl_all_gather, args, async_op, (out, inp))
+            return self._on_device(_L.rl_all_gather_device, (h, ip, ic, op_, oc, icode & _CODE), async_op, out,
+                                   (out, inp))
+        if not async_op:
+            _note_site()
+            rc = _rl_all_gather(h, ip, ic, op_, oc, icode & _CODE, None)
+            if rc:
+                raise last_error(rc)
+            return None
+        return self._submit(_rl_all_gather, (h, ip, ic, op_, oc, icode & _CODE), (out, inp))
 
     def broadcast(self, buf, root: int = 0, async_op: bool = False) -> Optional[Work]:
         """Copies rank ``root``'s ``buf`` into every rank's ``buf``."""
         ptr, count, code = _resolve(buf, "buf", True)
-        args = (self._handle(), ptr, count, code & _CODE, _rank(root, "root"))
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        if root.__class__ is not int:
+            root = _rank(root, "root")
         if code & _DEVICE:
-            return self._on_device(_L.rl_broadcast_device, args, async_op, buf, buf)
-        return self._run(_L.rl_broadcast, args, async_op, buf)
+            return self._on_device(_L.rl_broadcast_device, (h, ptr, count, code & _CODE, root), async_op, buf, buf)
+        if not async_op:
+            _note_site()
+            rc = _rl_broadcast(h, ptr, count, code & _CODE, root, None)
+            if rc:
+                raise last_error(rc)
+            return None
+        return self._submit(_rl_broadcast, (h, ptr, count, code & _CODE, root), buf)
 
     def reduce(self, buf, root: int = 0, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``buf`` across ranks into rank ``root``'s ``buf`` (the others' stay unchanged)."""
         ptr, count, code = _resolve(buf, "buf", True)
-        _buffers.check_bool_op(code, op, "buf")
-        args = (self._handle(), ptr, count, code & _CODE, _rank(root, "root"), _reduce_op(op))
+        if code & _BOOL:
+            _buffers.check_bool_op(code, op, "buf")
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        if root.__class__ is not int:
+            root = _rank(root, "root")
+        opc = _OPS.get(op) if op.__class__ is str else None
+        if opc is None:
+            opc = _reduce_op(op)
+        args = (h, ptr, count, code & _CODE, root, opc)
         if code & _DEVICE:
             return self._on_device(_L.rl_reduce_device, args, async_op, buf, buf)
-        return self._run(_L.rl_reduce, args, async_op, buf)
+        if not async_op:
+            _note_site()
+            rc = _rl_reduce(*args, None)
+            if rc:
+                raise last_error(rc)
+            return None
+        return self._submit(_rl_reduce, args, buf)
 
     def all_to_all(self, out, inp, async_op: bool = False) -> Optional[Work]:
         """Sends segment j of ``inp`` to rank j; segment j of ``out`` receives rank j's segment."""
-        (op_, oc, ocode), (ip, ic, icode) = _resolve(out, "out", True), _resolve(inp, "inp", False)
-        _buffers.same_dtype(ocode, icode, "out", "inp")
-        _buffers.same_place(ocode, icode, "out", "inp")
+        op_, oc, ocode = _resolve(out, "out", True)
+        ip, ic, icode = _resolve(inp, "inp", False)
+        if ocode != icode:
+            _buffers.same_dtype(ocode, icode, "out", "inp")
+            _buffers.same_place(ocode, icode, "out", "inp")
         args = (self._handle(), ip, ic, op_, oc, icode & _CODE)
         if icode & _DEVICE:
             return self._on_device(_L.rl_all_to_all_device, args, async_op, out, (out, inp))
-        return self._run(_L.rl_all_to_all, args, async_op, (out, inp))
+        return self._run(_rl_all_to_all, args, async_op, (out, inp))
 
     def send(self, buf, dst: int, async_op: bool = False) -> Optional[Work]:
         """Sends ``buf`` to rank ``dst`` (which calls :meth:`recv` with the same size and dtype).
@@ -374,8 +458,12 @@ class ProcessGroup:
         ptr, count, code = _resolve(buf, "buf", False)
         if code & _DEVICE:
             return self.send(buf.cpu(), dst, async_op)
-        args = (self._handle(), ptr, count, code & _CODE, _rank(dst, "dst"))
-        return self._run(_L.rl_send, args, async_op, buf)
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        if dst.__class__ is not int:
+            dst = _rank(dst, "dst")
+        return self._run(_rl_send, (h, ptr, count, code & _CODE, dst), async_op, buf)
 
     def recv(self, buf, src: int, async_op: bool = False) -> Optional[Work]:
         """Receives ``buf`` from rank ``src``. A CUDA tensor is staged through a host copy."""
@@ -386,12 +474,25 @@ class ProcessGroup:
             work._then = lambda: buf.copy_(host)
             work._keep = (buf, host)
             return work if async_op else work.wait()
-        args = (self._handle(), ptr, count, code & _CODE, _rank(src, "src"))
-        return self._run(_L.rl_recv, args, async_op, buf)
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        if src.__class__ is not int:
+            src = _rank(src, "src")
+        return self._run(_rl_recv, (h, ptr, count, code & _CODE, src), async_op, buf)
 
     def barrier(self, async_op: bool = False) -> Optional[Work]:
         """Returns once every rank has entered the barrier."""
-        return self._run(_L.rl_barrier, (self._handle(),), async_op, None)
+        h = self._h
+        if h is None:
+            raise _destroyed()
+        if not async_op:
+            _note_site()
+            rc = _rl_barrier(h, None)
+            if rc:
+                raise last_error(rc)
+            return None
+        return self._submit(_rl_barrier, (h,), None)
 
     def monitored_barrier(
         self, timeout: Optional[Seconds] = None, wait_all_ranks: bool = False, async_op: bool = False

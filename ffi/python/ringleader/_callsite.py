@@ -10,7 +10,11 @@ Cheap by construction: whether a code object belongs to ringleader or torch
 is decided once per code object, the tag text once per code location (keyed
 by the frame's instruction offset, which unlike its line number costs
 nothing to read), and the library is told only when a thread's call site
-changes. What is left per call is a few frame hops and dictionary lookups.
+changes. What is left per call is a few frame hops and dictionary lookups:
+one table, keyed by the code object's id, holds ``True`` for ringleader's and
+torch's code and, for any other code, that code's own table of tags by
+instruction offset, so that a user frame costs two lookups by int and no key
+is built; the tag last told on this thread is a thread-local attribute.
 
 ``RINGLEADER_CALL_SITES=0`` turns it off (for measuring what it costs).
 """
@@ -25,11 +29,13 @@ _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Keyed by id(code), not by the code object: hashing a code object hashes
 # its contents every time (hundreds of ns); the ids stay valid because
 # _pinned keeps every code object seen alive.
-_internal = {}  # id(code) -> whether it belongs to ringleader or torch
+_codes = {}  # id(code) -> True (ringleader's or torch's code), or {instruction offset: tag as bytes}
 _pinned = []
-_tags = {}  # (id(code), instruction offset) -> the tag, as bytes
-_last = {}  # thread id -> the tag last handed to the library on that thread
-_ident = threading.get_ident
+# .tag: the tag last handed to the library on this thread. A thread-local,
+# not a dict keyed by thread id: ids are reused once a thread ends, and a
+# new thread (whose call site the library does not know yet) must not be
+# taken for the old one.
+_local = threading.local()
 _set = _lib.lib.rl_set_call_site
 _getframe = sys._getframe
 _torch_dir = None
@@ -47,32 +53,35 @@ def _torch_prefix():
     return _torch_dir
 
 
-def _is_internal(code) -> bool:
-    v = _internal.get(id(code))
+def _classify(code):
+    """``True`` when ``code`` belongs to ringleader or torch, else its (new) tag table."""
+    v = _codes.get(id(code))
     if v is None:
         path = os.path.abspath(code.co_filename)
         torch = _torch_prefix()
-        v = path.startswith(_HERE) or (torch is not None and path.startswith(torch))
+        internal = path.startswith(_HERE) or (torch is not None and path.startswith(torch))
+        v = True if internal else {}
         _pinned.append(code)
-        _internal[id(code)] = v
+        _codes[id(code)] = v
     return v
 
 
-def _tag(frame) -> bytes:
+def _is_internal(code) -> bool:
+    return _classify(code) is True
+
+
+def _tag(frame, tags) -> bytes:
     code = frame.f_code
-    key = (id(code), frame.f_lasti)
-    t = _tags.get(key)
-    if t is None:
-        line = frame.f_lineno
-        path = code.co_filename
-        try:
-            rel = os.path.relpath(path)
-            if not rel.startswith(".."):
-                path = rel
-        except ValueError:
-            pass
-        t = f"{path}:{line} in {code.co_name}".encode("utf-8", "replace")
-        _tags[key] = t
+    line = frame.f_lineno
+    path = code.co_filename
+    try:
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            path = rel
+    except ValueError:
+        pass
+    t = f"{path}:{line} in {code.co_name}".encode("utf-8", "replace")
+    tags[frame.f_lasti] = t
     return t
 
 
@@ -82,18 +91,45 @@ def note() -> None:
     if not ENABLED:
         return
     f = _getframe(1)
-    internal = _internal
+    codes = _codes
     while f is not None:
-        v = internal.get(id(f.f_code))
+        v = codes.get(id(f.f_code))
         if v is None:
-            v = _is_internal(f.f_code)
-        if not v:
-            break
+            v = _classify(f.f_code)
+        if v is not True:
+            t = v.get(f.f_lasti) or _tag(f, v)
+            try:
+                if _local.tag is t:
+                    return
+            except AttributeError:  # this thread's first call
+                pass
+            _local.tag = t
+            _set(t)
+            return
         f = f.f_back
-    if f is None:
+
+
+def note_caller() -> None:
+    """:func:`note` for ringleader's own functions, whose frame is
+    ringleader's by construction: the walk starts at their caller's frame,
+    one hop fewer. (The same loop as note's, not a shared helper: a call
+    costs as much as the hop it saves.)"""
+    if not ENABLED:
         return
-    t = _tags.get((id(f.f_code), f.f_lasti)) or _tag(f)
-    me = _ident()
-    if _last.get(me) is not t:
-        _last[me] = t
-        _set(t)
+    f = _getframe(2)
+    codes = _codes
+    while f is not None:
+        v = codes.get(id(f.f_code))
+        if v is None:
+            v = _classify(f.f_code)
+        if v is not True:
+            t = v.get(f.f_lasti) or _tag(f, v)
+            try:
+                if _local.tag is t:
+                    return
+            except AttributeError:  # this thread's first call
+                pass
+            _local.tag = t
+            _set(t)
+            return
+        f = f.f_back

@@ -111,6 +111,67 @@ for _name, (_res, _args) in _SIGNATURES.items():
     _f.argtypes = _args
 
 
+# The calls every collective makes, declared a second time for speed (the
+# declarations above stay the exact ones, held to the header by
+# tests/test_abi.py). ctypes converts an argument through its argtype's
+# from_param: for c_void_p a direct check for an int (about 20 ns), for
+# c_int, c_int64 and c_size_t a generic path with an isinstance check on the
+# metaclass (about 100 ns each, 0.3 us of an 8-byte all_reduce's 1.2 us). So
+# here every integer argument is passed as a machine word (c_void_p). That is
+# the same call on the LP64 ABIs this guards for (x86-64 System V, AArch64):
+# pointers, size_t and int64_t are 64-bit words in the same registers or
+# 8-byte stack slots, and an int argument is the low half of its register or
+# slot, the rest of which the callee ignores. Elsewhere the hot prototypes
+# are the exact ones. Only ringleader's own code calls them, always with ints
+# it checked or computed (c_void_p takes any int modulo 2**64, as ctypes'
+# integer types do, and would take bytes as a pointer).
+def _word_sized() -> bool:
+    import platform
+    import sys
+
+    return (
+        sys.platform.startswith("linux")
+        and ctypes.sizeof(c_void_p) == ctypes.sizeof(c_size_t) == ctypes.sizeof(c_int64) == 8
+        and platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
+    )
+
+
+_WORD_ARGS = (c_int, c_int64, c_size_t, c_void_p)
+WORD_ARGS = _word_sized()
+
+
+def _hot(name: str):
+    """A second function object for ``name``, its integer arguments passed as words (see above)."""
+    res, args = _SIGNATURES[name]
+    f = lib._FuncPtr((name, lib))  # same symbol, own argtypes; releases the GIL like every CDLL function
+    f.restype = res
+    f.argtypes = [c_void_p if WORD_ARGS and a in _WORD_ARGS else a for a in args]
+    return f
+
+
+class _Hot:
+    """The collectives' entry points with word-sized arguments: ``hot.rl_all_reduce(...)``."""
+
+    def __init__(self, names):
+        for n in names:
+            setattr(self, n, _hot(n))
+
+
+hot = _Hot(
+    [
+        "rl_all_reduce",
+        "rl_all_gather",
+        "rl_reduce_scatter",
+        "rl_broadcast",
+        "rl_reduce",
+        "rl_all_to_all",
+        "rl_send",
+        "rl_recv",
+        "rl_barrier",
+    ]
+)
+
+
 def take_string(p: c_void_p) -> str:
     """Copies a string returned by the library and frees it."""
     if not p:
