@@ -92,6 +92,7 @@ Examples:
     scripts/bench_compare.py --native --nproc 2 --sizes 8 1M --ops all_reduce --repeats 1 --no-raw   # a smoke test
     scripts/bench_compare.py --native --python --torch --nproc 2 4 --sizes 8 4K 1M 64M --repeats 5   # all three tables
     scripts/bench_compare.py --python --torch --nproc 2 --sizes 8 4K --repeats 1 --interleave sweep --no-raw   # smoke
+    scripts/bench_compare.py --from-raw docs/perf/bench_native-2026-12-02-53fb81f.jsonl   # a kept run's tables again
 """
 
 import argparse
@@ -555,7 +556,13 @@ def like_main(ap, args):
                                 runs.setdefault((t, lib, op, n, b), []).append(row)
                                 record(dict({"kind": "repeat", "table": t, "lib_name": lib, "repeat": rep + 1}, **row))
 
-    # Per table, one row per (op, nproc, bytes): each library's median and spread.
+    return summarize(args, ops, tables, runs, failures, commit, run_id, raw_path, record)
+
+
+def summarize(args, ops, tables, runs, failures, commit, run_id, raw_path, record):
+    """Per table, one row per (op, nproc, bytes): each library's median and
+    spread over the repeats in ``runs``; prints the tables and returns the
+    exit code (1 if a launch failed or a result was wrong)."""
     out_tables, bad = {}, 0
     for t, libs in tables.items():
         table = []
@@ -594,6 +601,38 @@ def like_main(ap, args):
                        "repeats": args.repeats, "commit": commit, "run": run_id,
                        "failed": [list(k) for k in sorted(failures)]}, f, indent=1)
     return 1 if failures or bad else 0
+
+
+def from_raw(ap, args):
+    """--from-raw: the tables of one run in a raw file, from its repeat lines
+    (nothing is launched or written)."""
+    try:
+        with open(args.from_raw) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+    except (OSError, ValueError) as e:
+        ap.error(f"--from-raw {args.from_raw}: {e}")
+    heads = [x for x in lines if x.get("kind") == "run" and (args.run_id is None or x.get("run") == args.run_id)]
+    if not heads:
+        ap.error(f"--from-raw {args.from_raw}: no run" + (f" {args.run_id}" if args.run_id else "") + " in it")
+    head = heads[-1]
+    run_id = head["run"]
+    tables = head.get("tables") or {"native": head["libs"]}
+    runs, failures, reps = {}, set(), set()
+    for x in lines:
+        if x.get("run") != run_id:
+            continue
+        if x.get("kind") == "repeat":
+            t = x.get("table", "native")
+            runs.setdefault((t, x["lib_name"], x["op"], x["nproc"], x["bytes"]), []).append(x)
+            reps.add(x["repeat"])
+        elif x.get("kind") == "failed":
+            failures.add((x["table"], x["lib"], x["op"], x["nproc"], tuple(x["sizes"])))
+    done = len(reps)
+    print(f"# from {args.from_raw}: run {run_id}, {sum(map(len, runs.values()))} launches' rows, "
+          f"repeats {min(reps) if reps else 0}-{max(reps) if reps else 0} of {head['repeats']}")
+    a = argparse.Namespace(**vars(args))
+    a.nproc, a.repeats = head["nproc"], done
+    return summarize(a, head["ops"], tables, runs, failures, head["commit"], run_id, None, lambda obj: None)
 
 
 def print_table(name, libs, table, repeats, commit, run_id):
@@ -659,6 +698,10 @@ def main():
     ap.add_argument("--no-raw", action="store_true", help="--native/--python/--torch: keep no raw file (smoke tests)")
     ap.add_argument("--mpicc", default="mpicc", help="--native: the compiler for the C program [default: mpicc]")
     ap.add_argument("--mpi-bench", help="--native: a built rl_mpi_bench instead of target/rl_mpi_bench/")
+    ap.add_argument("--from-raw", metavar="FILE",
+                    help="launch nothing: print the tables of a raw file's last run (or --run ID) from the repeats "
+                         "it holds, as the run would have (a run cut short gives the repeats it finished)")
+    ap.add_argument("--run", dest="run_id", help="--from-raw: the run to print, by its id (the raw lines' \"run\")")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -670,6 +713,8 @@ def main():
     if args.gloo_worker:
         base.gloo_worker(args)
         return 0
+    if args.from_raw:
+        return from_raw(ap, args)
     if args.native or args.python or args.torch:
         return like_main(ap, args)
     args.libs = args.libs or LIBS

@@ -21,5 +21,5 @@ echo "== pytest ffi/python/tests"
 cd ffi/python/tests
 # Run against the installed package, not the source tree next to the tests.
 RINGLEADER_BIN="$target_dir/release/ringleader" PYTHONPATH= \
-    timeout 900 "$RINGLEADER_VENV/bin/python" -m pytest -q -p no:cacheprovider --rootdir . "$@" .
+    timeout 1500 "$RINGLEADER_VENV/bin/python" -m pytest -q -p no:cacheprovider --rootdir . "$@" .
 echo "== python tests passed in $(( $(date +%s) - start )) s"

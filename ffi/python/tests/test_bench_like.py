@@ -36,13 +36,26 @@ def run_table(tmp_path, flag, limit):
     rl = ringleader_bin()
     if rl is None:
         pytest.skip("no ringleader binary (RINGLEADER_BIN)")
-    out = tmp_path / "rows.json"
+    out, raw = tmp_path / "rows.json", tmp_path / "raw.jsonl"
     p = subprocess.run([PYTHON, str(BENCH), flag, "--ringleader", rl, "--nproc", "2", "--sizes", "8", "4096",
                         "--repeats", "1", "--warmup", "1", "--iters", "5", "--interleave", "sweep",
-                        "--timeout", "120", "--json", str(out), "--no-raw"],
+                        "--timeout", "120", "--json", str(out), "--raw", str(raw)],
                        capture_output=True, text=True, timeout=limit)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert_raw_reprints_the_table(raw, p.stdout)
     return json.loads(out.read_text()), p.stdout
+
+
+def table_lines(stdout):
+    return [line for line in stdout.splitlines() if line.split(" ", 1)[0] in {op for op, _ in CELLS}]
+
+
+def assert_raw_reprints_the_table(raw, stdout):
+    """--from-raw on the run's raw file prints the run's own rows, launching nothing."""
+    p = subprocess.run([PYTHON, str(BENCH), "--from-raw", str(raw)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "repeats 1-1 of 1" in p.stdout, p.stdout
+    assert table_lines(p.stdout) == table_lines(stdout), (p.stdout, stdout)
 
 
 def assert_every_cell_checked(result, stdout, table, libs):
@@ -58,7 +71,7 @@ def assert_every_cell_checked(result, stdout, table, libs):
             assert c["checks"] == [want], (r["op"], r["bytes"], lib, c)
         # Every lib measured it, so both ratios are there.
         assert r["shm"] and r["tcp"], r
-    lines = [line for line in stdout.splitlines() if line.split(" ", 1)[0] in {op for op, _ in CELLS}]
+    lines = table_lines(stdout)
     assert len(lines) == len(CELLS) and all(line.endswith("  ok") for line in lines), stdout
     assert f"# {table}: median [min-max] of 1 launch(es)" in stdout, stdout
 
