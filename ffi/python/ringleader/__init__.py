@@ -387,16 +387,16 @@ class ProcessGroup:
         h = self._h
         if h is None:
             raise _destroyed()
+        args = (h, ip, ic, op_, oc, icode & _CODE)
         if icode & _DEVICE:
-            return self._on_device(_L.rl_all_gather_device, (h, ip, ic, op_, oc, icode & _CODE), async_op, out,
-                                   (out, inp))
+            return self._on_device(_L.rl_all_gather_device, args, async_op, out, (out, inp))
         if not async_op:
             _note_site()
-            rc = _rl_all_gather(h, ip, ic, op_, oc, icode & _CODE, None)
+            rc = _rl_all_gather(*args, None)
             if rc:
                 raise last_error(rc)
             return None
-        return self._submit(_rl_all_gather, (h, ip, ic, op_, oc, icode & _CODE), (out, inp))
+        return self._submit(_rl_all_gather, args, (out, inp))
 
     def broadcast(self, buf, root: int = 0, async_op: bool = False) -> Optional[Work]:
         """Copies rank ``root``'s ``buf`` into every rank's ``buf``."""
@@ -406,15 +406,16 @@ class ProcessGroup:
             raise _destroyed()
         if root.__class__ is not int:
             root = _rank(root, "root")
+        args = (h, ptr, count, code & _CODE, root)
         if code & _DEVICE:
-            return self._on_device(_L.rl_broadcast_device, (h, ptr, count, code & _CODE, root), async_op, buf, buf)
+            return self._on_device(_L.rl_broadcast_device, args, async_op, buf, buf)
         if not async_op:
             _note_site()
-            rc = _rl_broadcast(h, ptr, count, code & _CODE, root, None)
+            rc = _rl_broadcast(*args, None)
             if rc:
                 raise last_error(rc)
             return None
-        return self._submit(_rl_broadcast, (h, ptr, count, code & _CODE, root), buf)
+        return self._submit(_rl_broadcast, args, buf)
 
     def reduce(self, buf, root: int = 0, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``buf`` across ranks into rank ``root``'s ``buf`` (the others' stay unchanged)."""

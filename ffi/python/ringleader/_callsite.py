@@ -85,51 +85,40 @@ def _tag(frame, tags) -> bytes:
     return t
 
 
-def note() -> None:
-    """Sets this thread's call site to the caller's first frame outside
-    ringleader and torch (nothing when there is none)."""
-    if not ENABLED:
-        return
-    f = _getframe(1)
-    codes = _codes
-    while f is not None:
-        v = codes.get(id(f.f_code))
-        if v is None:
-            v = _classify(f.f_code)
-        if v is not True:
-            t = v.get(f.f_lasti) or _tag(f, v)
-            try:
-                if _local.tag is t:
-                    return
-            except AttributeError:  # this thread's first call
-                pass
-            _local.tag = t
-            _set(t)
+def _walker(depth: int):
+    """The call-site capture, starting ``depth`` frames up (one body for
+    :func:`note` and :func:`note_caller`; a closure, not a parameter, so
+    that neither pays an argument or a wrapper per call)."""
+
+    def walk() -> None:
+        if not ENABLED:
             return
-        f = f.f_back
+        f = _getframe(depth)
+        codes = _codes
+        while f is not None:
+            v = codes.get(id(f.f_code))
+            if v is None:
+                v = _classify(f.f_code)
+            if v is not True:
+                t = v.get(f.f_lasti) or _tag(f, v)
+                try:
+                    if _local.tag is t:
+                        return
+                except AttributeError:  # this thread's first call
+                    pass
+                _local.tag = t
+                _set(t)
+                return
+            f = f.f_back
+
+    return walk
 
 
-def note_caller() -> None:
-    """:func:`note` for ringleader's own functions, whose frame is
-    ringleader's by construction: the walk starts at their caller's frame,
-    one hop fewer. (The same loop as note's, not a shared helper: a call
-    costs as much as the hop it saves.)"""
-    if not ENABLED:
-        return
-    f = _getframe(2)
-    codes = _codes
-    while f is not None:
-        v = codes.get(id(f.f_code))
-        if v is None:
-            v = _classify(f.f_code)
-        if v is not True:
-            t = v.get(f.f_lasti) or _tag(f, v)
-            try:
-                if _local.tag is t:
-                    return
-            except AttributeError:  # this thread's first call
-                pass
-            _local.tag = t
-            _set(t)
-            return
-        f = f.f_back
+note = _walker(1)
+note.__doc__ = """Sets this thread's call site to the caller's first frame outside
+ringleader and torch (nothing when there is none)."""
+
+note_caller = _walker(2)
+note_caller.__doc__ = """:func:`note` for ringleader's own functions, whose frame is
+ringleader's by construction: the walk starts at their caller's frame, one
+hop fewer."""

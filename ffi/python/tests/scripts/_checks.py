@@ -29,3 +29,14 @@ def run_all(*args):
 
 def names():
     return [fn.__name__ for fn in CHECKS]
+
+
+def expect(exc, fn, *words):
+    """``fn()`` raises ``exc`` whose message has every one of ``words``; the exception."""
+    try:
+        fn()
+    except exc as e:
+        for w in words:
+            assert w in str(e), f"{w!r} not in {e!r}"
+        return e
+    raise AssertionError(f"no {exc.__name__}")

@@ -16,17 +16,6 @@ def site_is(rec, lineno, func):
     assert rec["call_site"].endswith(want), (rec["call_site"], want)
 
 
-def expect(exc, fn, *words):
-    """``fn()`` raises ``exc`` whose message has every one of ``words``; the exception."""
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            assert w in str(e), f"{w!r} not in {e!r}"
-        return e
-    raise AssertionError(f"no {exc.__name__}")
-
-
 def expected(op, values, minimum, maximum):
     """What reducing ``values`` (one array per rank) with ``op`` gives
     (``minimum``/``maximum``: numpy's or torch's elementwise functions)."""

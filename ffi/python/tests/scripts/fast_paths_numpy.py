@@ -10,8 +10,8 @@ import threading
 import numpy as np
 
 import ringleader
-from _checks import check, run_all
-from _fast_common import expect, expected, line, site_is
+from _checks import check, expect, run_all
+from _fast_common import expected, line, site_is
 
 pg = None
 R = N = 0

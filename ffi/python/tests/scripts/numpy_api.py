@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 import ringleader
-from _checks import check, run_all
+from _checks import check, expect, run_all
 
 pg = None
 R = N = 0
@@ -220,15 +220,6 @@ def torch_tensors_through_the_core_api():
 
 @check
 def argument_errors_name_the_argument():
-    def expect(exc, fn, *words):
-        try:
-            fn()
-        except exc as e:
-            for w in words:
-                assert w in str(e), f"{w!r} not in {e!r}"
-            return e
-        raise AssertionError(f"no {exc.__name__}")
-
     expect(ValueError, lambda: pg.all_reduce(np.zeros((4, 4))[:, 1]), "buf", "contiguous")
     expect(TypeError, lambda: pg.all_reduce(np.zeros(3, dtype=np.complex64)), "buf", "complex64")
     expect(TypeError, lambda: pg.all_reduce([1.0, 2.0]), "buf", "list")
