@@ -354,6 +354,7 @@ impl Fingerprint {
     }
 
     /// Fixed 16-byte encoding: op, dtype, reduce op, 0, root (LE u32), count (LE u64).
+    #[inline]
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let mut b = [0u8; Self::ENCODED_LEN];
         b[0] = self.op.code();

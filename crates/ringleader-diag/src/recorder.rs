@@ -225,6 +225,7 @@ pub struct Started {
 
 /// A call site as one word: the address of its `Location` or of its
 /// interned text, the low bit telling which (both are 8-aligned).
+#[inline]
 fn pack_site(site: Option<CallSite>) -> *mut () {
     match site {
         None => std::ptr::null_mut(),
@@ -270,9 +271,11 @@ fn prefetch(slot: &Slot) {
 impl Slot {
     /// Fills the slot with a new record. Only the thread that numbered the
     /// record writes it, so plain stores bracket the fields.
+    #[inline]
     fn write(&self, r: &Record) {
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v | 1, Ordering::Relaxed);
+        // Any odd value marks the slot as being written; this one needs no
+        // load of the slot's old version first.
+        self.version.store(2 * r.id + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         let fp = r.fp.encode();
         let word = |i: usize| u64::from_le_bytes(fp[i * 8..i * 8 + 8].try_into().unwrap_or_default());
@@ -334,10 +337,12 @@ impl Slot {
     }
 
     /// Whether the slot still holds record `id`.
+    #[inline]
     fn holds(&self, id: u64) -> bool {
         self.version.load(Ordering::Relaxed) == 2 * (id + 1)
     }
 
+    #[inline]
     fn finish(&self, id: u64, at: u64, failed: bool) {
         if self.holds(id) {
             self.done.store(at | if failed { FAILED } else { 0 }, Ordering::Relaxed);
@@ -440,6 +445,7 @@ impl FlightRecorder {
     /// record with [`write_started`](Self::write_started) before anything
     /// else is recorded of it. Split so that a blocking call can write its
     /// record while its first frames travel, off the latency of the call.
+    #[inline]
     pub fn begin_started(&self, seq: u64) -> (u64, u64) {
         let t = clock::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -450,6 +456,7 @@ impl FlightRecorder {
     /// The second half of [`record_started_at`](Self::record_started_at):
     /// writes the record of operation `id`, begun with
     /// [`begin_started`](Self::begin_started).
+    #[inline]
     pub fn write_started(&self, id: u64, s: Started) {
         self.write(id, s.fp, s.seq, s.p2p_seq, Some(s.at), s.site);
     }
@@ -457,12 +464,14 @@ impl FlightRecorder {
     /// Collectives of one communicator start and end one at a time (the
     /// engine runs them in sequence order), so their counters only grow
     /// and need no read-modify-write; send/recv (sequence 0) leaves them.
+    #[inline]
     fn raise(counter: &AtomicU64, to: u64) {
         if counter.load(Ordering::Relaxed) < to {
             counter.store(to, Ordering::Relaxed);
         }
     }
 
+    #[inline]
     fn mark_running(&self, id: u64, seq: u64, t: u64) {
         let p = &self.progress;
         p.running_since.store(t, Ordering::Relaxed);
@@ -472,6 +481,7 @@ impl FlightRecorder {
         }
     }
 
+    #[inline]
     fn slot(&self, id: u64) -> Option<&Slot> {
         match self.slots.len() {
             0 => None,
@@ -485,6 +495,7 @@ impl FlightRecorder {
         id
     }
 
+    #[inline]
     fn write(&self, id: u64, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) {
         if let Some(slot) = self.slot(id) {
             let created = started.unwrap_or_else(clock::now);
@@ -526,6 +537,7 @@ impl FlightRecorder {
     /// the caller knows that without reading the clock: a clock read at
     /// the end of a sub-microsecond collective costs a few percent of it,
     /// on every call.
+    #[inline]
     pub fn completed_after(&self, id: u64, seq: u64, ran: Option<Duration>) {
         let p = &self.progress;
         if seq > 0 {
