@@ -21,6 +21,13 @@ of that difference. It prints the median of the per-block ratios with a
 bootstrap 95% interval.
 
     scripts/overhead.py --paired [--launches 10] [--transports shm]
+
+`--fail-above PCT` (with --paired) makes it a test: it exits 1 when the
+8-byte overhead's median is above PCT. A control farther than PCT/2 from
+zero means the launches themselves differed by that much, not the
+recorder: the measurement is run once more, then it fails. scripts/test.sh
+runs it with a bound that catches a regression; the recorder's own target
+is 2%, and docs/perf/small-messages-2026-12-03.md says where it stands.
 """
 
 import argparse
@@ -55,6 +62,7 @@ def paired(args):
     print(f"# all_reduce, 2 ranks, {args.launches} launches each; per-block time on / off within one launch, "
           "median and bootstrap 95% interval; `none` is the control (nothing off)")
     print(f"{'transport':<10}{'bytes':>9}{'off':>9}{'blocks':>8}{'on us':>9}{'off us':>9}{'on/off':>9}{'95% interval':>18}")
+    results = {}
     for t in args.transports:
         env = dict(os.environ, RINGLEADER_TRANSPORT=t)
         for nbytes, calls, blocks in PAIRED_SIZES:
@@ -75,9 +83,31 @@ def paired(args):
                 rnd = random.Random(0)
                 boots = sorted(statistics.median(rnd.choices(ratios, k=len(ratios))) for _ in range(2000))
                 lo, hi = boots[50], boots[1949]
+                pct = 100 * (statistics.median(ratios) - 1)
+                results[(t, nbytes, what)] = pct
                 print(f"{t:<10}{nbytes:>9}{what:>9}{len(ratios):>8}{statistics.median(on):>9.3f}"
-                      f"{statistics.median(off):>9.3f}{100 * (statistics.median(ratios) - 1):>+8.1f}%"
-                      f"{100 * (lo - 1):>+8.1f}%..{100 * (hi - 1):+.1f}%")
+                      f"{statistics.median(off):>9.3f}{pct:>+8.1f}%"
+                      f"{100 * (lo - 1):>+8.1f}%..{100 * (hi - 1):+.1f}%", flush=True)
+    return results
+
+
+def check(args):
+    """--fail-above: the paired measurement as a test (see the module docs)."""
+    for attempt in (1, 2):
+        results = paired(args)
+        noisy = [k for k, v in results.items() if k[2] == "none" and k[1] == 8 and abs(v) > args.fail_above / 2]
+        if noisy:
+            print(f"# attempt {attempt}: the control differs by more than {args.fail_above / 2}% "
+                  f"({', '.join(f'{k[0]} {results[k]:+.1f}%' for k in noisy)}): the launches, not the recorder",
+                  flush=True)
+            continue
+        over = [k for k, v in results.items() if k[2] == "both" and k[1] == 8 and v > args.fail_above]
+        for k in over:
+            print(f"FAIL: the recorder and checks cost {results[k]:+.1f}% at 8 B over {k[0]} "
+                  f"(bound {args.fail_above}%)")
+        return 1 if over else 0
+    print("FAIL: the control stayed noisy in both attempts; the machine is too busy to measure this")
+    return 1
 
 
 def main():
@@ -87,11 +117,18 @@ def main():
     ap.add_argument("--transports", nargs="+", default=["shm", "tcp"])
     ap.add_argument("--paired", action="store_true", help="measure inside each launch (see above)")
     ap.add_argument("--launches", type=int, default=10, help="with --paired: launches per size and mode")
+    ap.add_argument("--fail-above", type=float, metavar="PCT",
+                    help="with --paired: exit 1 when the 8 B overhead is above PCT percent (see above)")
     args = ap.parse_args()
     if not os.access(args.ringleader, os.X_OK):
         sys.exit(f"no ringleader binary at {args.ringleader}: cargo build --release -p ringleader-cli")
+    if args.fail_above is not None:
+        if not args.paired:
+            sys.exit("--fail-above needs --paired")
+        return check(args)
     if args.paired:
-        return paired(args)
+        paired(args)
+        return 0
     with tempfile.TemporaryDirectory(prefix="rl-overhead-") as tmp:
         files = {}
         for rep in range(args.repeats):
@@ -118,4 +155,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -52,6 +52,12 @@ timeout 900 cargo test --release -p ringleader-transport --features rdma
 timeout 900 cargo test --release -p ringleader --features cuda,rdma --lib --test rdma_model --test rdma_missing --test cuda_missing
 timeout 300 cargo test --release -p ringleader-cli --features cuda,rdma --bin ringleader perf
 
+echo "== recorder overhead (8 B all_reduce over shared memory, recorder and checks on against off, paired within each launch)"
+# The target is 2% (docs/perf/small-messages-2026-12-03.md); the bound here
+# catches a regression without failing on a busy machine's noise.
+cargo build --release -q -p ringleader-cli -p ringleader --example recorder_overhead
+timeout 300 scripts/overhead.py --paired --launches 4 --transports shm --fail-above 6
+
 echo "== python (numpy, torch backend, seed scripts)"
 ffi/python/tests/run.sh
 
