@@ -14,16 +14,19 @@
 //! checks and errors, the same landing of payloads.
 //!
 //! Whenever something falls outside that (a peer's frame arrives in the
-//! ring because its cells were full, no cell of ours is free, or the wait
-//! outlasts the polling budget and the rank must sleep), the run hands
-//! over to the general loop with what is done so far: whole frames only,
-//! which are exactly its state between frames. Sleeping, deadlines and
-//! publishing the awaited peers are then the general loop's, unchanged.
+//! ring because its cells were full, no cell of ours is free while ranks
+//! share cores, or the wait outlasts the polling budget and the rank must
+//! sleep), the run hands over to the general loop with what is done so
+//! far: whole frames only, which are exactly its state between frames.
+//! Sleeping, deadlines and publishing the awaited peers are then the
+//! general loop's, unchanged. With a core per rank, a send that finds no
+//! free cell waits for one within that same polling budget, rather than
+//! take the ring at once (see the send loop).
 //!
 //! Which plans qualify is worked out once per plan ([`crate::Plan::id`]):
 //! the engine reuses the plan of a repeated call.
 
-use super::wait::IdleSpan;
+use super::wait::{Idle, IdleSpan};
 use super::{fastbox, Driver, Links, Watch};
 use crate::link::FASTBOX_MAX;
 use crate::plan::{Buf, OpInfo, Plan};
@@ -186,6 +189,16 @@ impl Driver {
                 let link = &mut *links[item.chan.peer][item.chan.stream as usize];
                 let data = &bufs[item.region.buf as usize].bytes()[item.region.range()];
                 if !fastbox::send(link, item.chan.peer, op, fingerprint, step.tag, data)? {
+                    // Every cell to this peer is full (the plan's frames
+                    // fit them). With a core each, wait for the peer to
+                    // free one: a rooted collective's root that went on
+                    // through the ring would stay ahead of its receivers,
+                    // and every frame after would take the ring's slower
+                    // path on both sides. Sharing cores, go on through the
+                    // ring, and yield.
+                    if matches!(self.idle, Idle::Spin(_)) {
+                        continue;
+                    }
                     return Ok(Outcome::HandOver { sends: sent, recvs: got });
                 }
                 sent |= bit(i);
@@ -224,12 +237,22 @@ impl Driver {
                 continue;
             }
             watch.abort.check()?;
+            // The peers this run waits for: those of the receives not
+            // done, and of the sends waiting for a free cell.
             let awaited = |waiter: &crate::shm::Waiter, cpu: u32| {
                 let mut todo = all_recvs & !got;
                 while todo != 0 {
                     let i = todo.trailing_zeros();
                     todo &= todo - 1;
                     if waiter.peer_on(plan.recvs[i as usize].chan.peer, cpu) {
+                        return true;
+                    }
+                }
+                let mut todo = all_sends & !sent;
+                while todo != 0 {
+                    let i = todo.trailing_zeros();
+                    todo &= todo - 1;
+                    if waiter.peer_on(plan.sends[i as usize].chan.peer, cpu) {
                         return true;
                     }
                 }

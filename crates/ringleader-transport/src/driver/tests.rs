@@ -22,10 +22,15 @@ struct Side {
 }
 
 fn side(me: Rank, link: ShmLink, waiter: Waiter) -> Side {
+    side_idle(me, link, waiter, Idle::Spin(Duration::from_micros(20)))
+}
+
+/// [`side`], waiting by `idle`.
+fn side_idle(me: Rank, link: ShmLink, waiter: Waiter, idle: Idle) -> Side {
     let mut driver = Driver::new();
     let abort = AbortSignal::new().unwrap();
     waiter.wake_on(&abort);
-    driver.set_shm(waiter, Idle::Spin(Duration::from_micros(20)));
+    driver.set_shm(waiter, idle);
     let mut links: Vec<Vec<AnyLink>> = vec![Vec::new(), Vec::new()];
     links[1 - me] = vec![Box::new(link)];
     Side { driver, links, abort }
@@ -396,24 +401,29 @@ fn random_mixes_of_fastbox_ring_and_single_copy_frames_arrive_intact_and_in_orde
     }
 }
 
+/// A plan of one 8-byte frame to `peer` (`send`) or from it, reduced
+/// (u8 sum) into buffer 0.
+fn one_frame(peer: Rank, send: bool) -> Plan {
+    let mut plan = Plan::default();
+    let chan = Chan { peer, stream: 0 };
+    match send {
+        true => plan.send(chan, Region::new(0, 0, 8), None),
+        false => plan.recv(chan, Region::new(0, 0, 8), RecvMode::Reduce { with: None }, None, None),
+    };
+    plan
+}
+
 #[test]
 fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     // Rank 0 sends 3 * CELLS one-frame plans before rank 1 reads any: its
-    // boxed runs find no free cell after the first CELLS and hand over,
-    // whose frames then go through the ring. Rank 1's boxed runs take
-    // the cells, then find the next frame in the ring and hand over too.
+    // boxed runs find no free cell after the first CELLS, wait for one
+    // for their polling budget, and hand over, whose frames then go
+    // through the ring. Rank 1's boxed runs take the cells, then find the
+    // next frame in the ring and hand over too.
     const PLANS: usize = 24;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-handover", [None, None]);
     let ta = a.traffic();
-    let one = |peer: Rank, send: bool| {
-        let mut plan = Plan::default();
-        let chan = Chan { peer, stream: 0 };
-        match send {
-            true => plan.send(chan, Region::new(0, 0, 8), None),
-            false => plan.recv(chan, Region::new(0, 0, 8), RecvMode::Reduce { with: None }, None, None),
-        };
-        plan
-    };
+    let one = one_frame;
     let t = std::thread::spawn(move || {
         let mut s = side(0, a, wa);
         let plan = one(1, true);
@@ -438,4 +448,76 @@ fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     assert_eq!(ta.boxes_taken(), cells);
     assert!(ta.ring_bytes() > 0);
     drop(sender);
+}
+
+#[test]
+fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring() {
+    // Rank 0 polls without a limit that matters here: after CELLS plans
+    // it waits for rank 1 to free a cell rather than write the ring, so a
+    // root that runs ahead of its receiver stays on the fastbox path.
+    // Rank 1 has not run yet (it has published no CPU), so the check for
+    // a peer sharing the core cannot cut the wait short.
+    const PLANS: usize = 24;
+    let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-cellwait", [None, None]);
+    let ta = a.traffic();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    let t = std::thread::spawn(move || {
+        let mut s = side_idle(0, a, wa, Idle::Spin(Duration::from_secs(60)));
+        let plan = one_frame(1, true);
+        for k in 0..PLANS {
+            let mut data = pattern(k as u8, 8);
+            s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(60)).unwrap();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        s
+    });
+    let cells = crate::shm::CELLS_PER_RING;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sent.load(std::sync::atomic::Ordering::SeqCst) < cells {
+        assert!(Instant::now() < deadline, "the first {cells} plans did not complete");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), cells, "a send went on without a free cell");
+    assert_eq!(ta.ring_bytes(), 0, "nothing went through the ring");
+    let mut r = side(1, b, wb);
+    let plan = one_frame(0, false);
+    for k in 0..PLANS {
+        let mut got = pattern(100, 8);
+        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(60)).unwrap();
+        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
+        assert_eq!(got, want, "plan {k}");
+    }
+    let sender = t.join().unwrap();
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), PLANS);
+    drop(sender);
+}
+
+#[test]
+fn ranks_sharing_cores_send_through_the_ring_when_cells_run_out() {
+    // Yielding (more ranks than cores): no wait for a cell; the plans
+    // after the first CELLS go through the ring at once, though nobody
+    // reads them yet.
+    const PLANS: usize = 24;
+    let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-yieldring", [None, None]);
+    let ta = a.traffic();
+    let mut s = side_idle(0, a, wa, Idle::Yield(Duration::from_secs(60)));
+    let plan = one_frame(1, true);
+    let start = Instant::now();
+    for k in 0..PLANS {
+        let mut data = pattern(k as u8, 8);
+        s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(60)).unwrap();
+    }
+    assert!(start.elapsed() < Duration::from_secs(30), "the sends waited for cells");
+    assert!(ta.ring_bytes() > 0);
+    let mut r = side(1, b, wb);
+    let plan = one_frame(0, false);
+    for k in 0..PLANS {
+        let mut got = pattern(100, 8);
+        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(60)).unwrap();
+        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
+        assert_eq!(got, want, "plan {k}");
+    }
+    assert_eq!(ta.boxes_taken(), crate::shm::CELLS_PER_RING as u64);
 }

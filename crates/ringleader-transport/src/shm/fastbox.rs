@@ -10,8 +10,9 @@
 //! the reader, which polls the cell anyway, finds everything in the line(s)
 //! it fetched. The writer learns which cells are free from a count the
 //! reader publishes, read only when the writer runs out of cells; a writer
-//! with no free cell writes to the ring instead, so nobody ever waits for a
-//! cell, and taking one needs no wake-up.
+//! with no free cell can always write to the ring instead (whether it
+//! waits for a cell a while first is the driver's choice), and taking a
+//! cell needs no wake-up.
 //!
 //! Order: a cell records the ring position it sits at (every ring byte
 //! written before it). The reader takes it only once its ring reads reach
