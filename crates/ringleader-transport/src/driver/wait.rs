@@ -37,6 +37,11 @@ pub const YIELD: Duration = Duration::from_micros(20);
 /// How long an idle wait on shared memory alone spins before it checks
 /// whether the peer it waits for shares its core (see [`Driver::idle`]).
 const SPIN_ALONE: Duration = Duration::from_micros(2);
+/// How often a rank at most moves itself off a core it shares with a peer
+/// it waits for (see [`Driver::idle`]): a move costs a migration, tens of
+/// microseconds, so a scheduler that keeps putting the two back together
+/// costs a bounded share of the time.
+const MOVE_EVERY: Duration = Duration::from_millis(100);
 /// Longest single sleep of a collective; the abort descriptor wakes it
 /// sooner, and the deadline is checked after it.
 const MAX_POLL: Duration = Duration::from_secs(1);
@@ -207,8 +212,13 @@ impl Driver {
     /// of a collective the peer's time slice; yielding hands the core over
     /// at once but keeps both ranks hot on it, so the load balancer never
     /// moves one (a whole launch of a 2-rank 8-byte all_gather then took
-    /// 5.5 µs per call instead of 0.5). Sleeping on the doorbell instead
-    /// lets the peer run, and its ring wakes this rank on an idle core.
+    /// 5.5 µs per call instead of 0.5). So the rank moves itself to a core
+    /// of its affinity mask that no local rank last ran on
+    /// ([`Waiter::move_off`], at most once per [`MOVE_EVERY`]) and spins
+    /// on there. Where there is none, it sleeps on the doorbell instead,
+    /// which lets the peer run; but the peer's ring then wakes it on the
+    /// peer's own core as often as not, and the two stay together, each
+    /// call paying two wake-ups (10-15 µs per call in whole launches).
     pub(super) fn idle(
         &self,
         span: &mut IdleSpan,
@@ -225,7 +235,11 @@ impl Driver {
                     if let Some(w) = &self.waiter {
                         let cpu = w.note_cpu();
                         if span.lasted >= SPIN_ALONE && awaited(w, cpu) {
-                            return false;
+                            let recently = self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY);
+                            if recently || !w.move_off(cpu) {
+                                return false;
+                            }
+                            self.moved.set(Some(now));
                         }
                     }
                 }

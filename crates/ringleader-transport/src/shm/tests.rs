@@ -242,3 +242,39 @@ fn corrupt_fastbox_cells_are_errors_not_wild_reads() {
     }
     assert_eq!(a.box_send(&head(0), b"x").unwrap_err().kind(), std::io::ErrorKind::InvalidData);
 }
+
+#[test]
+fn a_rank_moves_off_a_shared_core_and_keeps_its_affinity_mask() {
+    use rustix::thread::{sched_getaffinity, CpuSet};
+    let (_a, _b, wa, wb) = test_pair("t-move-off");
+    // On a thread of its own: the move changes the calling thread only.
+    std::thread::spawn(move || {
+        let mask = sched_getaffinity(None).unwrap();
+        let allowed = (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)).count();
+        let here = wa.note_cpu();
+        if allowed < 2 {
+            assert!(!wa.move_off(here), "nowhere to go, yet it moved");
+            eprintln!("skipped the move itself: this thread may run on {allowed} CPU only");
+            return;
+        }
+        // The peer says it runs here too: exactly the case a move is for.
+        let peer_cpu = &wb.domain.own.doorbell().cpu;
+        peer_cpu.store(here + 1, Ordering::Relaxed);
+        assert!(wa.move_off(here), "a second CPU is allowed, yet it did not move");
+        // SAFETY: no arguments; -1 only on failure.
+        let now = unsafe { libc::sched_getcpu() };
+        assert!(now >= 0 && now as u32 != here, "still on CPU {here}");
+        assert!(!wa.peer_on(1, now as u32), "the peer is not where it moved");
+        // What it published is where it runs, and the mask is as it was.
+        assert_eq!(wa.domain.own.doorbell().cpu.load(Ordering::Relaxed), now as u32 + 1);
+        let after = sched_getaffinity(None).unwrap();
+        assert!((0..CpuSet::MAX_CPU).all(|c| after.is_set(c) == mask.is_set(c)), "the affinity mask changed");
+        // Every other allowed CPU taken by ranks of the job: nowhere to go.
+        if allowed == 2 {
+            peer_cpu.store(here + 1, Ordering::Relaxed);
+            assert!(!wa.move_off(now as u32), "both CPUs are taken, yet it moved");
+        }
+    })
+    .join()
+    .unwrap();
+}

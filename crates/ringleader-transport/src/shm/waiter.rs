@@ -63,6 +63,48 @@ impl Waiter {
         }
     }
 
+    /// Moves the calling thread off `cpu` (where a peer it waits for runs
+    /// too) to a CPU of its affinity mask that no local rank last ran on,
+    /// then puts the mask back as it was: the thread stays where it was
+    /// moved, and the mask the user or the launcher set is unchanged.
+    /// Whether it moved (not when every allowed CPU is taken, or the mask
+    /// cannot be read or set).
+    pub fn move_off(&self, cpu: u32) -> bool {
+        use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+        let Ok(mask) = sched_getaffinity(None) else { return false };
+        let taken = |c: usize| {
+            let word = c as u32 + 1;
+            self.domain.local.iter().any(|&r| {
+                let bell = match self.domain.peers.get(r) {
+                    Some(Some(m)) => m.doorbell(),
+                    _ if r == self.domain.rank => self.domain.own.doorbell(),
+                    _ => return false,
+                };
+                bell.cpu.load(Ordering::Relaxed) == word
+            })
+        };
+        let Some(target) = (0..CpuSet::MAX_CPU).find(|&c| c != cpu as usize && mask.is_set(c) && !taken(c)) else {
+            return false;
+        };
+        // Claimed first: the peer, which runs on `cpu` while this thread
+        // moves, must not see it there still and move to `target` too.
+        let published = &self.domain.own.doorbell().cpu;
+        published.store(target as u32 + 1, Ordering::Relaxed);
+        let mut one = CpuSet::new();
+        one.set(target);
+        if sched_setaffinity(None, &one).is_err() {
+            self.note_cpu();
+            return false;
+        }
+        // The mask of one CPU must not outlive this call: a second try if
+        // the first fails (the mask was valid a moment ago).
+        if sched_setaffinity(None, &mask).is_err() {
+            let _ = sched_setaffinity(None, &mask);
+        }
+        self.note_cpu();
+        true
+    }
+
     /// Rings this rank's own doorbell: wakes its sleeping waits (another
     /// thread of this rank has new work for them).
     pub fn ring(&self) {
