@@ -147,8 +147,8 @@ pub struct Driver {
     /// The current or last run's idle time while it has not slept (see
     /// [`Driver::spun`]).
     spun: Option<Duration>,
-    /// When this rank last moved itself off a core it shared with a peer
-    /// (see `wait.rs`).
+    /// When this rank last tried to move itself off a core it shared with
+    /// a peer (see `wait.rs`).
     moved: std::cell::Cell<Option<Instant>>,
     /// The peers last published as awaited (what `awaited` holds from us).
     published: smallvec::SmallVec<[Rank; 8]>,

@@ -37,10 +37,10 @@ pub const YIELD: Duration = Duration::from_micros(20);
 /// How long an idle wait on shared memory alone spins before it checks
 /// whether the peer it waits for shares its core (see [`Driver::idle`]).
 const SPIN_ALONE: Duration = Duration::from_micros(2);
-/// How often a rank at most moves itself off a core it shares with a peer
-/// it waits for (see [`Driver::idle`]): a move costs a migration, tens of
-/// microseconds, so a scheduler that keeps putting the two back together
-/// costs a bounded share of the time.
+/// How often a rank at most tries to move itself off a core it shares with
+/// a peer it waits for (see [`Driver::idle`]): a move costs a migration,
+/// tens of microseconds, so a scheduler that keeps putting the two back
+/// together costs a bounded share of the time.
 const MOVE_EVERY: Duration = Duration::from_millis(100);
 /// Longest single sleep of a collective; the abort descriptor wakes it
 /// sooner, and the deadline is checked after it.
@@ -235,11 +235,16 @@ impl Driver {
                     if let Some(w) = &self.waiter {
                         let cpu = w.note_cpu();
                         if span.lasted >= SPIN_ALONE && awaited(w, cpu) {
-                            let recently = self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY);
-                            if recently || !w.move_off(cpu) {
+                            // Tries are counted, not only moves: where no
+                            // core is free (or the mask cannot be set) a
+                            // try costs system calls on every wait.
+                            if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
                                 return false;
                             }
                             self.moved.set(Some(now));
+                            if !w.move_off(cpu) {
+                                return false;
+                            }
                         }
                     }
                 }
