@@ -131,6 +131,17 @@ fn bit(i: u32) -> u64 {
     1u64 << i
 }
 
+/// The indices of `mask`'s set bits, lowest first.
+fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
+    })
+}
+
 /// The first `n` bits.
 #[inline]
 fn first(n: usize) -> u64 {
@@ -240,23 +251,8 @@ impl Driver {
             // The peers this run waits for: those of the receives not
             // done, and of the sends waiting for a free cell.
             let awaited = |waiter: &crate::shm::Waiter, cpu: u32| {
-                let mut todo = all_recvs & !got;
-                while todo != 0 {
-                    let i = todo.trailing_zeros();
-                    todo &= todo - 1;
-                    if waiter.peer_on(plan.recvs[i as usize].chan.peer, cpu) {
-                        return true;
-                    }
-                }
-                let mut todo = all_sends & !sent;
-                while todo != 0 {
-                    let i = todo.trailing_zeros();
-                    todo &= todo - 1;
-                    if waiter.peer_on(plan.sends[i as usize].chan.peer, cpu) {
-                        return true;
-                    }
-                }
-                false
+                ones(all_recvs & !got).any(|i| waiter.peer_on(plan.recvs[i].chan.peer, cpu))
+                    || ones(all_sends & !sent).any(|i| waiter.peer_on(plan.sends[i].chan.peer, cpu))
             };
             if !self.idle(&mut idle, true, awaited) {
                 self.add_spun(&idle);

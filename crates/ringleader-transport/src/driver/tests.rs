@@ -413,6 +413,30 @@ fn one_frame(peer: Rank, send: bool) -> Plan {
     plan
 }
 
+/// Runs `plans` one-frame sends to rank 1, frame `k` carrying
+/// `pattern(k, 8)`, each within `within`; `sent()` after each.
+fn send_frames(s: &mut Side, plans: usize, within: Duration, mut sent: impl FnMut()) {
+    let plan = one_frame(1, true);
+    for k in 0..plans {
+        let mut data = pattern(k as u8, 8);
+        s.run(&mut [Buf::Rw(&mut data)], &plan, within).unwrap();
+        sent();
+    }
+}
+
+/// Runs `plans` one-frame receives from rank 0, each within `within`, and
+/// checks that frame `k` is [`send_frames`]' `k`-th, reduced into
+/// `pattern(100, 8)`.
+fn receive_frames(r: &mut Side, plans: usize, within: Duration) {
+    let plan = one_frame(0, false);
+    for k in 0..plans {
+        let mut got = pattern(100, 8);
+        r.run(&mut [Buf::Rw(&mut got)], &plan, within).unwrap();
+        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
+        assert_eq!(got, want, "plan {k}");
+    }
+}
+
 #[test]
 fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     // Rank 0 sends 3 * CELLS one-frame plans before rank 1 reads any: its
@@ -423,26 +447,14 @@ fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     const PLANS: usize = 24;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-handover", [None, None]);
     let ta = a.traffic();
-    let one = one_frame;
     let t = std::thread::spawn(move || {
         let mut s = side(0, a, wa);
-        let plan = one(1, true);
-        for k in 0..PLANS {
-            let mut data = pattern(k as u8, 8);
-            s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(10)).unwrap();
-        }
+        send_frames(&mut s, PLANS, Duration::from_secs(10), || {});
         s
     });
     let sender = t.join().unwrap();
     assert_eq!(ta.boxes_taken(), 0, "nothing read yet");
-    let mut r = side(1, b, wb);
-    let plan = one(0, false);
-    for k in 0..PLANS {
-        let mut got = pattern(100, 8);
-        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
-        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
-        assert_eq!(got, want, "plan {k}");
-    }
+    receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(10));
     // The first cells' worth went in fastboxes, the rest in the ring.
     let cells = crate::shm::CELLS_PER_RING as u64;
     assert_eq!(ta.boxes_taken(), cells);
@@ -464,12 +476,9 @@ fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring
     let counter = sent.clone();
     let t = std::thread::spawn(move || {
         let mut s = side_idle(0, a, wa, Idle::Spin(Duration::from_secs(60)));
-        let plan = one_frame(1, true);
-        for k in 0..PLANS {
-            let mut data = pattern(k as u8, 8);
-            s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(60)).unwrap();
+        send_frames(&mut s, PLANS, Duration::from_secs(60), || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
+        });
         s
     });
     let cells = crate::shm::CELLS_PER_RING;
@@ -481,14 +490,7 @@ fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), cells, "a send went on without a free cell");
     assert_eq!(ta.ring_bytes(), 0, "nothing went through the ring");
-    let mut r = side(1, b, wb);
-    let plan = one_frame(0, false);
-    for k in 0..PLANS {
-        let mut got = pattern(100, 8);
-        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(60)).unwrap();
-        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
-        assert_eq!(got, want, "plan {k}");
-    }
+    receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(60));
     let sender = t.join().unwrap();
     assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), PLANS);
     drop(sender);
@@ -503,21 +505,10 @@ fn ranks_sharing_cores_send_through_the_ring_when_cells_run_out() {
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-yieldring", [None, None]);
     let ta = a.traffic();
     let mut s = side_idle(0, a, wa, Idle::Yield(Duration::from_secs(60)));
-    let plan = one_frame(1, true);
     let start = Instant::now();
-    for k in 0..PLANS {
-        let mut data = pattern(k as u8, 8);
-        s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(60)).unwrap();
-    }
+    send_frames(&mut s, PLANS, Duration::from_secs(60), || {});
     assert!(start.elapsed() < Duration::from_secs(30), "the sends waited for cells");
     assert!(ta.ring_bytes() > 0);
-    let mut r = side(1, b, wb);
-    let plan = one_frame(0, false);
-    for k in 0..PLANS {
-        let mut got = pattern(100, 8);
-        r.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(60)).unwrap();
-        let want: Vec<u8> = pattern(k as u8, 8).iter().zip(pattern(100, 8)).map(|(x, y)| x.wrapping_add(y)).collect();
-        assert_eq!(got, want, "plan {k}");
-    }
+    receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(60));
     assert_eq!(ta.boxes_taken(), crate::shm::CELLS_PER_RING as u64);
 }

@@ -72,17 +72,8 @@ impl Waiter {
     pub fn move_off(&self, cpu: u32) -> bool {
         use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
         let Ok(mask) = sched_getaffinity(None) else { return false };
-        let taken = |c: usize| {
-            let word = c as u32 + 1;
-            self.domain.local.iter().any(|&r| {
-                let bell = match self.domain.peers.get(r) {
-                    Some(Some(m)) => m.doorbell(),
-                    _ if r == self.domain.rank => self.domain.own.doorbell(),
-                    _ => return false,
-                };
-                bell.cpu.load(Ordering::Relaxed) == word
-            })
-        };
+        // This rank's own CPU is `cpu` (its caller has just published it).
+        let taken = |c: usize| self.domain.local.iter().any(|&r| self.peer_on(r, c as u32));
         let Some(target) = (0..CpuSet::MAX_CPU).find(|&c| c != cpu as usize && mask.is_set(c) && !taken(c)) else {
             return false;
         };
