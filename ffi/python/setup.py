@@ -2,11 +2,22 @@
 inside the package, so `pip install ./ffi/python` works on a machine with a
 Rust toolchain and nothing else prepared.
 
+Where torch is importable at build time (pip's --no-build-isolation, or
+torch in the build environment), it also compiles the torch backend's C++
+lane, ringleader/_torch_native.cpp, against that torch (about 35 s). That
+extension is optional: without a C++20 compiler, or with
+RINGLEADER_TORCH_NATIVE_BUILD=0, the package installs without it and the
+torch backend runs in Python alone (ringleader.torch.NATIVE says which).
+It is built for that torch only; under another torch it does not load, and
+the backend says why in ringleader.torch.NATIVE_MISSING.
+
 Environment:
   CARGO               cargo to run (default: cargo on PATH)
   CARGO_TARGET_DIR    honoured, as cargo does
   RINGLEADER_PREBUILT path to an already built libringleader.so to ship
                       instead of building (for packagers)
+  RINGLEADER_TORCH_NATIVE_BUILD
+                      0: do not build the torch backend's C++ lane
 """
 
 import os
@@ -78,20 +89,63 @@ except ImportError:  # pragma: no cover - setuptools < 70.1
     except ImportError:
         _bdist_wheel = None
 
+def _torch_extension():
+    """(extension, build_ext class) for the torch backend's C++ lane, or
+    (None, None) where it is not to be built."""
+    if os.environ.get("RINGLEADER_TORCH_NATIVE_BUILD", "1") == "0":
+        return None, None
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:
+        return None, None
+
+    class OptionalBuildExtension(BuildExtension):
+        """The lane is an optimisation: a failed compile leaves the package
+        without it (and says so), never without a package."""
+
+        def run(self):
+            try:
+                super().run()
+            except Exception as e:  # noqa: BLE001 (any compiler failure)
+                print(f"warning: the torch backend's C++ lane did not build ({e}); "
+                      "the backend will run in Python alone", flush=True)
+
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: the torch backend's C++ lane did not build ({e}); "
+                      "the backend will run in Python alone", flush=True)
+
+    ext = CppExtension(
+        "ringleader._torch_native",
+        ["ringleader/_torch_native.cpp"],
+        include_dirs=[str(CRATE / "include")],
+        extra_compile_args=["-O2", "-std=c++20"],
+    )
+    return ext, OptionalBuildExtension
+
+
 cmdclass = {"build_py": BuildWithCargo}
+_ext, _build_ext = _torch_extension()
+if _ext is not None:
+    cmdclass["build_ext"] = _build_ext
 if _bdist_wheel is not None:
 
     class BdistWheel(_bdist_wheel):
-        """Platform wheel, independent of the Python version (ctypes, no extension module)."""
+        """Platform wheel; without the torch lane independent of the Python
+        version (ctypes only), with it tagged for this Python."""
 
         def finalize_options(self):
             super().finalize_options()
             self.root_is_pure = False
 
         def get_tag(self):
-            _, _, plat = super().get_tag()
+            py, abi, plat = super().get_tag()
+            if _ext is not None:
+                return py, abi, plat
             return "py3", "none", plat
 
     cmdclass["bdist_wheel"] = BdistWheel
 
-setup(cmdclass=cmdclass, distclass=BinaryDistribution)
+setup(cmdclass=cmdclass, distclass=BinaryDistribution, ext_modules=[_ext] if _ext is not None else [])

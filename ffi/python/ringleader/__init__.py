@@ -265,6 +265,9 @@ class ProcessGroup:
 
     def __init__(self, handle: int):
         self._h = handle
+        # Run by destroy() before the handle is freed: holders of the raw
+        # handle outside this object (the torch backend's C++ lane) let go.
+        self._before_destroy: list = []
         self.rank: int = _L.rl_comm_rank(handle)
         self.world_size: int = _L.rl_comm_world_size(handle)
         self.timeout: float = _L.rl_comm_timeout(handle)
@@ -539,6 +542,9 @@ class ProcessGroup:
         if h is not None:
             with _live_lock:
                 _live.discard(self)
+            for release in self._before_destroy:
+                release()
+            self._before_destroy = []
             _check(_L.rl_destroy(h))
 
     def __del__(self):

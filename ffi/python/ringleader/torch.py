@@ -55,6 +55,7 @@ given": then ``RINGLEADER_TIMEOUT`` or ringleader's default (600 s) applies.
 """
 
 import atexit
+import ctypes
 import datetime
 import json
 import os
@@ -67,7 +68,6 @@ import sys
 import tempfile
 import threading
 import uuid
-import weakref
 from typing import List, Optional
 
 import torch
@@ -79,7 +79,25 @@ import ringleader
 from . import Work as _RLWork
 from . import _buffers, _callsite, _lib
 
-__all__ = ["RingleaderBackend", "communicator", "BACKEND", "torch_error"]
+
+def _native_base():
+    """(base class, why not native): the C++ base of RingleaderBackend
+    (_torch_native.cpp, built at install time) when it loads, else torch's
+    Backend and the reason. ``RINGLEADER_TORCH_NATIVE=0`` asks for the
+    Python path alone (to measure, or to rule the C++ lane out)."""
+    if os.environ.get("RINGLEADER_TORCH_NATIVE", "1") == "0":
+        return _CBackend, "RINGLEADER_TORCH_NATIVE=0"
+    try:
+        from . import _torch_native
+    except ImportError as e:  # not built (no compiler at install time), or built for another torch
+        return _CBackend, f"ringleader._torch_native did not load: {e}"
+    return _torch_native.FastBackend, None
+
+
+_Base, NATIVE_MISSING = _native_base()
+NATIVE = NATIVE_MISSING is None
+
+__all__ = ["RingleaderBackend", "communicator", "BACKEND", "NATIVE", "torch_error"]
 
 BACKEND = "ringleader"
 STORE_KEY = "ringleader/store"
@@ -93,7 +111,7 @@ except ImportError:  # pragma: no cover
     _TORCH_DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 
 _launcher_store_taken = False
-_backends: "weakref.WeakSet[RingleaderBackend]" = weakref.WeakSet()
+_backends: "set[RingleaderBackend]" = set()
 _lock = threading.Lock()
 
 
@@ -153,6 +171,12 @@ def _raise_as_torch(e: "ringleader.Error"):
     if converted is e:
         raise e
     raise converted from None
+
+
+def _raise_code(rc: int):
+    """The C++ lane's failures: raises the failure of the call on this
+    thread that returned ``rc`` as torch's exception type."""
+    _raise_as_torch(ringleader.last_error(rc))
 
 
 def _reduce_op(red) -> str:
@@ -553,11 +577,16 @@ def _then(work: Optional[_RLWork], fn) -> Optional[_RLWork]:
     return work
 
 
-class RingleaderBackend(_CBackend):
+class RingleaderBackend(_Base):
     """A torch ``Backend`` whose collectives run on a ringleader process group.
 
     Created by torch through :func:`torch.distributed.init_process_group` or
     ``new_group`` with ``backend="ringleader"``; not meant to be built by hand.
+
+    Where the C++ lane is built (``NATIVE``), calls torch waits for at once on
+    dense CPU tensors (all_reduce, broadcast, all_gather_into_tensor,
+    reduce_scatter_tensor, barrier) run in C++ on the C ABI and never enter
+    this class; every other call reaches the methods below.
     """
 
     def __init__(self, store, rank: int, size: int, timeout, global_ranks=None, group_name=None):
@@ -568,8 +597,30 @@ class RingleaderBackend(_CBackend):
         self._rl = _connect(store, rank, size, timeout, _group_args(global_ranks, group_name))
         self._futures: Optional[_Completer] = None
         self._closed = False
+        if NATIVE:
+            self._bind_native()
         with _lock:
+            # Strong references: torch holds the C++ object only, and its
+            # virtual calls find these Python methods through this object.
             _backends.add(self)
+
+    def _bind_native(self):
+        """Hands the C++ lane the communicator and the C ABI's entry points;
+        the communicator unbinds it before it is destroyed, however that
+        happens (shutdown, abort, exit, ``communicator(g).destroy()``)."""
+        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        L = _lib.lib
+        self._fast_bind(
+            self._rl._h,
+            addr(L.rl_all_reduce),
+            addr(L.rl_all_gather),
+            addr(L.rl_reduce_scatter),
+            addr(L.rl_broadcast),
+            addr(L.rl_barrier),
+            _callsite.note if _callsite.ENABLED else None,
+            _raise_code,
+        )
+        self._rl._before_destroy.append(self._fast_unbind)
 
     # -- identity and capabilities ------------------------------------------
     # torch reads these through Python attribute lookup; left to the C++
@@ -844,7 +895,11 @@ class RingleaderBackend(_CBackend):
         if self._closed:
             return
         self._closed = True
-        self._rl.destroy()
+        try:
+            self._rl.destroy()
+        finally:
+            with _lock:
+                _backends.discard(self)
 
 
 # Every operation torch calls raises PyTorch's exception types.
@@ -899,3 +954,14 @@ def _devices() -> List[str]:
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=_devices())
+
+# ringleader records every collective itself (flight_recorder(), dumps,
+# verdicts). torch attaches its own flight-recorder hook to every group of a
+# backend it does not know to record itself, and that hook captures a Python
+# traceback and reads the thread's name (a system call) on every collective:
+# 3-4 us of an 8-byte all_reduce's 8 us here. gloo and NCCL are spared it the
+# same way, by being in this set (torch 2.15; absent elsewhere, then nothing
+# changes).
+_self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+if isinstance(_self_recording, set):
+    _self_recording.add(BACKEND)

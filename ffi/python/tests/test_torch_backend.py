@@ -1,6 +1,6 @@
 """backend="ringleader" in torch.distributed: every dispatched collective
-(env:// and explicit store), the timeout argument, and DDP training ending
-in identical replicas."""
+(env:// and explicit store; with the C++ lane and without it), the timeout
+argument, and DDP training ending in identical replicas."""
 
 import pytest
 
@@ -12,6 +12,9 @@ pytest.importorskip("torch")
 JOBS = {
     "env-world2": dict(world=2, args=["env"], env={"EXPECT_TIMEOUT": "42"}),
     "explicit-world3": dict(world=3, args=["explicit"], env={}),
+    # The backend without its C++ lane: every call through the Python methods.
+    "python-lane-world2": dict(world=2, args=["env"],
+                               env={"EXPECT_TIMEOUT": "42", "RINGLEADER_TORCH_NATIVE": "0", "EXPECT_NATIVE": "0"}),
 }
 
 

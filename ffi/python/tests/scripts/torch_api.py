@@ -93,6 +93,60 @@ def blocking_calls_complete_in_the_caller_async_ones_in_the_background():
 
 
 @check
+def the_cpp_lane_serves_blocking_calls_with_call_sites_and_errors():
+    # EXPECT_NATIVE: "1" where the package was built with its C++ lane (the
+    # tests' install), "0" under RINGLEADER_TORCH_NATIVE=0.
+    want = os.environ.get("EXPECT_NATIVE", "1") == "1"
+    assert ringleader.torch.NATIVE is want, (ringleader.torch.NATIVE, ringleader.torch.NATIVE_MISSING)
+    fr = ringleader.torch.communicator().flight_recorder
+    before = len(fr())
+    t = torch.full((3,), float(R + 1))
+    dist.all_reduce(t)  # LANE-ALL-REDUCE
+    same(t, torch.full((3,), float(N * (N + 1) // 2)), "lane all_reduce")
+    t = torch.full((2,), float(R), dtype=torch.float64)
+    dist.broadcast(t, src=N - 1)  # LANE-BROADCAST
+    same(t, torch.full((2,), float(N - 1), dtype=torch.float64), "lane broadcast")
+    out = torch.empty(N, dtype=torch.int32)
+    dist.all_gather_into_tensor(out, torch.tensor([R], dtype=torch.int32))  # LANE-ALL-GATHER
+    same(out, torch.arange(N, dtype=torch.int32), "lane all_gather")
+    out = torch.empty(1)
+    dist.reduce_scatter_tensor(out, torch.arange(N, dtype=torch.float32))  # LANE-REDUCE-SCATTER
+    same(out, torch.tensor([float(N * R)]), "lane reduce_scatter")
+    dist.barrier()  # LANE-BARRIER
+    # The user's own line is every record's call site.
+    src = open(__file__, encoding="utf-8").read().splitlines()
+    lines = {tag: i + 1 for i, l in enumerate(src) for tag in ("LANE-ALL-REDUCE", "LANE-BROADCAST",
+             "LANE-ALL-GATHER", "LANE-REDUCE-SCATTER", "LANE-BARRIER") if l.rstrip().endswith("# " + tag)}
+    recs = fr()[before:][-5:]
+    sites = [r["call_site"] for r in recs]
+    want_sites = [f"torch_api.py:{lines[t]} in the_cpp_lane_serves_blocking_calls_with_call_sites_and_errors"
+                  for t in ("LANE-ALL-REDUCE", "LANE-BROADCAST", "LANE-ALL-GATHER", "LANE-REDUCE-SCATTER",
+                            "LANE-BARRIER")]
+    assert [s.rsplit("/", 1)[-1] for s in sites] == want_sites, (sites, want_sites)
+    # Through torch's C++ ProcessGroup a blocking call returns completed work
+    # (the lane's own; torch's holder of a Python work forwards only wait()
+    # and get_future(), so is_completed() is asked of the lane's alone).
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    t = torch.ones(2)
+    w = dist.group.WORLD.allreduce([t], opts)
+    assert w.wait() and w.get_future().done(), w
+    assert w.is_completed() or not want, w
+    same(w.get_future().value()[0], torch.full((2,), float(N)), "lane work's future")
+    # A call the C ABI refuses (an output that does not hold N inputs) raises
+    # the package's typed error, and leaves the group usable.
+    try:
+        dist.all_gather_into_tensor(torch.empty(N + 1), torch.ones(1))
+        raise AssertionError("a short all_gather output was accepted")
+    except ringleader.Error as e:
+        assert isinstance(e, ValueError) and isinstance(e, dist.DistError), (type(e), e)
+        assert e.kind == "invalid-argument", (e.kind, e)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    same(t, torch.full((1,), float(N)), "all_reduce after a refused call")
+
+
+@check
 def all_reduce_non_contiguous_is_staged():
     t = torch.ones(4, 6).t()[:, :3]
     assert not t.is_contiguous()
