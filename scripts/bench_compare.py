@@ -476,6 +476,28 @@ def prepare_tables(ap, args, tables):
         args.rl_python_env = env
         args.rl_python = {"package": pkg, "library": library, "env": env}
         print(f"# ringleader's Python package: {pkg}, library {library}", file=sys.stderr, flush=True)
+        if any(lib.startswith("rl-torch") for lib in libs):
+            torch_lane(pkg)
+
+
+def torch_lane(pkg):
+    """Builds the torch backend's C++ lane into the source tree's package
+    when it is missing or older than its source (an installed package has it
+    from pip; the tree has it only once built in place). A failed build is
+    said and the torch rows then run the Python path, which each row's
+    version names."""
+    import glob
+
+    src = os.path.join(pkg, "_torch_native.cpp")
+    built = [p for p in glob.glob(os.path.join(pkg, "_torch_native*.so")) if os.path.getmtime(p) >= os.path.getmtime(src)]
+    if built:
+        return
+    print("# building the torch backend's C++ lane in place (about 35 s)", file=sys.stderr, flush=True)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=os.path.dirname(pkg),
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not glob.glob(os.path.join(pkg, "_torch_native*.so")):
+        print(f"# warning: the C++ lane did not build; the torch rows run the Python path:\n{r.stdout[-2000:]}"
+              f"{r.stderr[-2000:]}", file=sys.stderr, flush=True)
 
 
 def like_main(ap, args):

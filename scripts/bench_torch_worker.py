@@ -43,7 +43,8 @@ class TorchDist:
             import ringleader
             import ringleader.torch  # noqa: F401  registers backend="ringleader"
 
-            version = f"ringleader {ringleader.version()} ({version})"
+            lane = "C++ lane" if ringleader.torch.NATIVE else f"Python path: {ringleader.torch.NATIVE_MISSING}"
+            version = f"ringleader {ringleader.version()} ({version}, {lane})"
         else:
             version = f"{backend} ({version})"
         torch.set_num_threads(1)
