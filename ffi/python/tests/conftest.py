@@ -71,11 +71,33 @@ class Job:
             try:
                 p.popen.wait(timeout=max(0.0, left))
             except subprocess.TimeoutExpired:
+                stacks = self.stacks()
                 self.kill()
-                pytest.fail(f"job exceeded its hard limit of {self.limit} s; killed every process\n{self.report()}")
+                pytest.fail(f"job exceeded its hard limit of {self.limit} s; killed every process\n{self.report()}"
+                            f"{stacks}")
         for p in self.procs:
             p.reader.join(timeout=5)
         return self
+
+    def stacks(self) -> str:
+        """Where each process still running is, every thread's native stack
+        (gdb, where installed: at most 20 s each), for a job about to be
+        killed at its hard limit: a hang is then explained in the failure."""
+        gdb = shutil.which("gdb")
+        if gdb is None:
+            return ""
+        out = []
+        for p in self.procs:
+            if p.popen.poll() is not None:
+                continue
+            try:
+                r = subprocess.run([gdb, "-p", str(p.popen.pid), "-batch", "-ex", "thread apply all bt 25"],
+                                   capture_output=True, text=True, timeout=20)
+                frames = [l for l in r.stdout.splitlines() if l.startswith(("#", "Thread "))]
+                out.append(f"--- {p.label} (pid {p.popen.pid}), native stacks:\n" + "\n".join(frames[:200]))
+            except (subprocess.TimeoutExpired, OSError) as e:
+                out.append(f"--- {p.label}: no stacks ({e})")
+        return ("\n" + "\n".join(out)) if out else ""
 
     def kill(self):
         for p in self.procs:
