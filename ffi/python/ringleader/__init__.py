@@ -538,10 +538,21 @@ class ProcessGroup:
         Safe while another thread is inside a call on this group: that call
         is aborted (it raises :class:`AbortedError`) and waited for (at most
         the timeout plus 5 s) before anything is freed."""
+        self._destroy(forget=True)
+
+    def _destroy(self, forget: bool) -> None:
+        """destroy(); ``forget`` False from the finalizer, which must not take
+        ``_live_lock``: the collector runs finalizers on whichever thread
+        allocates, and that thread may hold the lock (at exit,
+        _destroy_live_groups does while it copies the set), so taking it
+        there deadlocked (a group left in a reference cycle by an exception
+        hung its process at exit). The weak set drops a finalized group by
+        itself."""
         h, self._h = self._h, None
         if h is not None:
-            with _live_lock:
-                _live.discard(self)
+            if forget:
+                with _live_lock:
+                    _live.discard(self)
             for release in self._before_destroy:
                 release()
             self._before_destroy = []
@@ -549,7 +560,7 @@ class ProcessGroup:
 
     def __del__(self):
         try:
-            self.destroy()
+            self._destroy(forget=False)
         except Exception:
             pass
 

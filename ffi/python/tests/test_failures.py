@@ -5,6 +5,7 @@ blocked collective; explicit init without torchrun's variables."""
 import json
 import os
 import signal
+import subprocess
 import time
 
 from conftest import PYTHON, SCRIPTS, Job, _start, base_env, free_port, run, spawn
@@ -132,3 +133,22 @@ def test_init_errors_are_typed():
     start = time.monotonic()
     job = Job([_start([PYTHON, "-c", code], env, "init", start)], 30, start).finish()
     assert "KIND invalid-argument True True" in job[0].text, job.report()
+
+
+def test_a_group_collected_while_the_live_lock_is_held_does_not_deadlock():
+    # The collector runs a garbage group's finalizer on whichever thread
+    # allocates; at exit that thread holds the live-group lock while it
+    # copies the set. A finalizer that took the lock too hung the process
+    # (a group caught in an exception's reference cycle, at exit).
+    code = (
+        "import gc, ringleader\n"
+        "pg = ringleader.init(rank=0, world_size=1, master_addr='127.0.0.1', master_port=int(__import__('sys').argv[1]))\n"
+        "pg.cycle = pg\n"
+        "del pg\n"
+        "with ringleader._live_lock:\n"
+        "    gc.collect()\n"
+        "print('COLLECTED', flush=True)\n"
+    )
+    r = subprocess.run([PYTHON, "-c", code, str(free_port())], capture_output=True, text=True, timeout=60,
+                       env=base_env())
+    assert r.returncode == 0 and "COLLECTED" in r.stdout, (r.returncode, r.stdout, r.stderr)
