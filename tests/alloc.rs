@@ -1,6 +1,7 @@
 //! The hot path allocates nothing: once warmed up, a collective run from
 //! the caller's thread makes no heap allocation on that thread, over TCP and
-//! over shared memory. Two ranks run as two threads of this process.
+//! over shared memory, also when a peer turns late after the warm-up. Two
+//! ranks run as two threads of this process.
 #![allow(missing_docs)]
 
 use ringleader::{Communicator, Config, ReduceOp, TransportKind};
@@ -68,6 +69,22 @@ fn job(transport: TransportKind) -> Vec<(String, f64)> {
                 let inp = vec![1.0f32; 1 << 16];
                 let mut out = vec![0.0f32; 1 << 17];
                 let r = vec![
+                    ("all_reduce 8 B, a peer late after the warm-up".to_string(), {
+                        // First, so nothing before it warmed the general
+                        // loop. In the warm-up rank 0 is always late, so it
+                        // never waits; then rank 1 is now and then late, and
+                        // rank 0 waits long enough to leave its fast path for
+                        // the general loop, which its warm-up never ran.
+                        let mut calls = 0;
+                        per_call(|| {
+                            calls += 1;
+                            let late = if calls <= 20 { rank == 0 } else { rank == 1 && calls % 25 == 0 };
+                            if late {
+                                std::thread::sleep(Duration::from_millis(3));
+                            }
+                            c.all_reduce(&mut small, ReduceOp::Max).unwrap()
+                        })
+                    }),
                     ("all_reduce 8 B".to_string(), per_call(|| c.all_reduce(&mut small, ReduceOp::Max).unwrap())),
                     ("all_reduce 1 MiB".to_string(), per_call(|| c.all_reduce(&mut big, ReduceOp::Max).unwrap())),
                     ("all_gather 256 KiB".to_string(), per_call(|| c.all_gather(&inp, &mut out).unwrap())),

@@ -155,6 +155,9 @@ pub struct Driver {
     /// Boxed runs (see `boxed.rs`), and the run's fingerprint as fastbox
     /// frames carry it.
     boxed: boxed::Boxed,
+    /// The largest plan the scratch above is sized for: (channels, sends,
+    /// receives). See [`Driver::fit`].
+    fitted: (usize, usize, usize),
 }
 
 impl Driver {
@@ -237,6 +240,7 @@ impl Driver {
         }
         self.spun = Some(Duration::ZERO);
         self.active.clear();
+        self.fit(nchans, plan);
         let result = match self.run_boxed(links, bufs, plan, op, watch, streams) {
             Some(boxed::Outcome::Done(r)) => r,
             Some(boxed::Outcome::HandOver { sends, recvs }) => {
@@ -260,6 +264,31 @@ impl Driver {
             self.published.clear();
         }
         result
+    }
+
+    /// Sizes the general loop's scratch for `plan` the first time a plan
+    /// this large runs. A boxed run hands over to the general loop only
+    /// when it waits long, which a warm-up may never see; sized here, the
+    /// hand-over allocates nothing either.
+    fn fit(&mut self, nchans: usize, plan: &Plan) {
+        let (c, s, r) = self.fitted;
+        if nchans <= c && plan.sends.len() <= s && plan.recvs.len() <= r {
+            return;
+        }
+        let (c, s, r) = (c.max(nchans), s.max(plan.sends.len()), r.max(plan.recvs.len()));
+        self.fitted = (c, s, r);
+        if self.chans.len() < c {
+            self.chans.resize_with(c, ChanRun::default);
+        }
+        for ch in &mut self.chans {
+            ch.sends.reserve(s.saturating_sub(ch.sends.len()));
+            ch.recvs.reserve(r.saturating_sub(ch.recvs.len()));
+        }
+        self.active.reserve(c.saturating_sub(self.active.len()));
+        for (v, n) in [(&mut self.send_done, s), (&mut self.recv_done, r), (&mut self.forwarded, r)] {
+            v.reserve(n.saturating_sub(v.len()));
+        }
+        self.policy.fit(s);
     }
 
     fn prepare(&mut self, nchans: usize, streams: usize, plan: &Plan) {

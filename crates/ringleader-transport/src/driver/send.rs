@@ -106,6 +106,11 @@ pub(super) struct SendPolicy {
 }
 
 impl SendPolicy {
+    /// Sizes the scratch for plans of up to `sends` sends.
+    pub(super) fn fit(&mut self, sends: usize) {
+        self.gates.reserve(sends.saturating_sub(self.gates.len()));
+    }
+
     /// Takes in the plan about to run.
     pub(super) fn prepare(&mut self, plan: &Plan) {
         self.busy = plan.recvs.iter().any(|r| r.region.len > 0);
