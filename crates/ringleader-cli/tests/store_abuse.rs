@@ -402,6 +402,10 @@ fn two_jobs_share_one_standalone_store_and_only_one_fails() {
         let b = b.finish(LIMIT);
         assert_eq!(a[0].0, Some(1), "{a:?}");
         assert!(a[0].1.contains("FAILED [peer-died]") && a[0].1.contains("rank 1"), "{a:?}");
+        // Rank 1 dies after all_reduce #21, long after its last heartbeat
+        // (which may have it as far back as #1): the verdict names the one
+        // it left unfinished.
+        assert!(a[0].1.contains("all_reduce #22"), "{a:?}");
         for (code, out) in &b {
             assert_eq!(*code, Some(0), "job-b must not notice job-a: {b:?}");
             assert!(out.contains("DONE"), "{b:?}");

@@ -153,12 +153,16 @@ impl Beat {
                 awaited_peers: awaited.ranks(),
             }
         });
+        let last_completed = p.last_completed.load(Ordering::Relaxed);
+        // The entry in flight and the counters are read apart: an entry the
+        // counters already count as completed was read as the rank moved on.
+        let running = running.filter(|r| r.seq == 0 || r.seq > last_completed);
         Beat {
             last_started: p.last_started.load(Ordering::Relaxed),
-            last_completed: p.last_completed.load(Ordering::Relaxed),
+            last_completed,
+            running_site: running.as_ref().and(running_site),
             running,
             p2p: Vec::new(),
-            running_site,
             last_completed_site,
         }
     }

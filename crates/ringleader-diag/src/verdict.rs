@@ -112,8 +112,20 @@ impl<'a> Facts<'a> {
         self.beat.map_or(0, |b| b.last_completed)
     }
 
+    /// The collective this rank runs, as far as its report can be believed:
+    /// a report naming a collective that the same report counts as
+    /// completed was read while the rank moved on (its counters and its
+    /// running entry are read apart), so it says nothing of where it is.
     fn running(&self) -> Option<&Running> {
-        self.beat.and_then(|b| b.running.as_ref())
+        let b = self.beat?;
+        b.running.as_ref().filter(|r| r.seq == 0 || r.seq > b.last_completed)
+    }
+
+    /// What is known of this rank comes from its last heartbeat alone: its
+    /// process ended, so it left no snapshot, and it may have gone on for
+    /// up to a heartbeat's interval after that report.
+    fn only_reported(&self) -> bool {
+        self.snap.is_none() && self.died() && self.beat.is_some()
     }
 
     fn observation(&self) -> Option<&Observation> {
@@ -162,7 +174,7 @@ impl<'a> Facts<'a> {
             Liveness::Unknown => 3,
         };
         let running = self.running().map(|r| (r.seq, r.fingerprint));
-        (liveness, self.exit, running, self.beat.is_some(), self.last_completed(), self.p2p())
+        (liveness, self.exit, running, (self.beat.is_some(), self.only_reported()), self.last_completed(), self.p2p())
     }
 
     /// Where this rank's code called collective `seq`, if it said: from its
@@ -223,11 +235,15 @@ fn describe(group: &[&Facts<'_>], all: &[Facts<'_>]) -> String {
         Some(r) if r.seq > 0 || r.fingerprint.op.is_p2p() => {
             let label = if r.seq > 0 { format!("{} #{}", r.fingerprint.op, r.seq) } else { r.fingerprint.to_string() };
             let mut times: Vec<u64> = group.iter().filter_map(|f| f.running().map(|r| r.running_ms)).collect();
-            let mut s = format!("in {label}");
+            // A dead rank's heartbeat says where it was, not where it died.
+            let reported = f.only_reported();
+            let mut s = if reported { format!("last reported in {label}") } else { format!("in {label}") };
             if let Some(site) = one_site(group, |f| f.site_of(r.seq).filter(|_| r.seq > 0)) {
                 s += &format!(" called at {site}");
             }
-            s += &format!(" for {}", secs(&mut times));
+            if !reported {
+                s += &format!(" for {}", secs(&mut times));
+            }
             let awaited: Vec<Rank> = group
                 .iter()
                 .filter_map(|f| f.running().map(|r| (f, r)))
@@ -362,14 +378,23 @@ fn details(facts: &[Facts<'_>], culprits: &[Rank]) -> Vec<String> {
     lines
 }
 
-/// Liveness, ending, the operation running, whether a beat is known, the
-/// last collective completed: what ranks in one state share.
-type StateKey<'a> = (u8, Option<&'a str>, Option<(u64, Fingerprint)>, bool, u64, &'a [P2pWait]);
+/// Liveness, ending, the operation running, whether a beat is known (and
+/// is all that is known), the last collective completed: what ranks in one
+/// state share.
+type StateKey<'a> = (u8, Option<&'a str>, Option<(u64, Fingerprint)>, (bool, bool), u64, &'a [P2pWait]);
 
 /// The collective the job is stuck in: the lowest sequence number any rank
 /// is running or failed in.
+///
+/// A dead rank's last heartbeat may place it in a collective another rank
+/// has since completed, which it then certainly left (it may have
+/// completed many more): such a report does not hold the job back.
 fn stuck_seq(facts: &[Facts<'_>]) -> u64 {
-    let running = facts.iter().filter_map(|f| f.running().map(|r| r.seq).filter(|s| *s > 0));
+    let done_elsewhere =
+        |f: &Facts<'_>| facts.iter().filter(|o| o.rank != f.rank).map(Facts::last_completed).max().unwrap_or(0);
+    let running = facts.iter().filter_map(|f| {
+        f.running().map(|r| r.seq).filter(|s| *s > 0 && !(f.only_reported() && *s <= done_elsewhere(f)))
+    });
     let observed = facts.iter().filter_map(|f| f.observation().and_then(|o| o.seq).filter(|s| *s > 0));
     running.chain(observed).min().unwrap_or_else(|| facts.iter().map(Facts::last_completed).max().unwrap_or(0) + 1)
 }

@@ -204,6 +204,39 @@ fn killed_rank_is_peer_died_with_host_pid_and_exit() {
     assert!(d.hints[0].contains("dmesg") && d.hints[0].contains("node1"));
 }
 
+/// The store's view and rank 0's snapshot of a 2-rank job in which rank 1
+/// was killed after all_reduce #21, its last heartbeat (`last`) from long
+/// before: CI's store_abuse run.
+fn killed_after_its_last_heartbeat(last: Beat) -> Evidence {
+    let at_22 = beat(21, Some((22, ar(2))), vec![1]);
+    let lost = Error::PeerLost { peer: 1, op: OpKind::AllReduce, seq: 22, detail: "its process ended".into() };
+    let history: Vec<(u64, Fingerprint)> = (1..=22).map(|q| (q, ar(2))).collect();
+    ev(
+        2,
+        vec![peer(0, Liveness::Alive, Some(0), at_22.clone()), peer(1, Liveness::Vanished, Some(1), last)],
+        vec![snap(0, at_22, &history, Some(lost))],
+    )
+}
+
+#[test]
+fn a_killed_rank_whose_last_heartbeat_is_old_is_peer_died_in_the_collective_it_left_unfinished() {
+    // Its heartbeat had it in #1 (true then); rank 0 has since completed
+    // #21, which rank 1 took part in.
+    let d = verdict(&killed_after_its_last_heartbeat(beat(0, Some((1, ar(1))), vec![0])));
+    assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::PeerDied, vec![1], Some(22)), "{d:#?}");
+    assert!(d.headline.contains("rank 1 (node1 pid 1001) died before completing all_reduce #22"), "{}", d.headline);
+    let line = d.details.iter().find(|l| l.starts_with("rank 1")).unwrap();
+    assert!(line.contains("last reported in all_reduce #1") && !line.contains("9.5 s"), "{line}");
+
+    // A heartbeat read while rank 1 moved on: its running entry (#1) is one
+    // its counters already count as completed. Taken as rank 1 being in #1,
+    // it made the verdict a timeout that names nobody.
+    let mut torn = beat(1, Some((1, ar(1))), vec![]);
+    torn.last_started = 2;
+    let d = verdict(&killed_after_its_last_heartbeat(torn));
+    assert_eq!((d.kind, d.culprits.clone(), d.seq), (ErrorKind::PeerDied, vec![1], Some(22)), "{d:#?}");
+}
+
 #[test]
 fn stopped_rank_is_peer_stalled() {
     let e = ev(
