@@ -214,6 +214,13 @@ impl Communicator {
             peers: joined.peers,
         });
         shared.plane = plane_name;
+        let me = &shared.peers[shared.rank];
+        shared.poll = crate::work::poll_budget(shared.peers.iter().filter(|p| p.same_host(me)).count());
+        tracing::debug!(
+            rank = shared.rank,
+            poll_us = shared.poll.as_micros() as u64,
+            "waits poll this long before they sleep"
+        );
         let shared = Arc::new(shared);
         let engine_shared = shared.clone();
         let engine = std::thread::Builder::new()
@@ -311,7 +318,7 @@ impl Communicator {
         let peer = req.peer;
         let seq = sh.p2p.next_seq(send, peer);
         let record = sh.fr.record_at(req.fp, 0, seq, req.site);
-        let done = Completion::new();
+        let done = Completion::new(self.shared.poll);
         let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.buf, done: done.clone() };
         p2p::submit(sh, job)?;
         Ok((done, seq))

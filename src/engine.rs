@@ -31,7 +31,7 @@ use ringleader_transport::{AnyLink, Buf, Deadline, Driver, OpInfo, Plan, Region,
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -144,6 +144,12 @@ pub(crate) struct Shared {
     pub fr: FlightRecorder,
     sched: Mutex<Sched>,
     sched_cv: Condvar,
+    /// The queue's length as of its last change, read without the lock by
+    /// the engine thread while it polls for work.
+    queued: AtomicUsize,
+    /// How long the engine thread polls for more work, and waits for
+    /// queued operations poll, before they sleep (`work::poll_budget`).
+    pub poll: Duration,
     pub exec: Mutex<Exec>,
     /// The verdict once an operation failed: every later one returns it.
     pub failure: crate::sticky::Sticky,
@@ -254,6 +260,8 @@ impl Shared {
             abort,
             sched: Mutex::new(Sched { queue: VecDeque::new(), busy: false, shutdown: false, seq: 0 }),
             sched_cv: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            poll: Duration::ZERO,
             exec: Mutex::new(Exec {
                 links,
                 driver,
@@ -337,9 +345,10 @@ impl Shared {
         }
         let record = self.fr.record_at(req.fp, seq, 0, req.site);
         let mut job = self.job(req, seq, record, None);
-        let done = Completion::new();
+        let done = Completion::new(self.poll);
         job.done = Some(done.clone());
         s.queue.push_back(job);
+        self.queued.store(s.queue.len(), Ordering::Release);
         self.sched_cv.notify_all();
         Ok(Enqueued::Queued(done, seq))
     }
@@ -442,6 +451,9 @@ impl Shared {
 
     /// The engine thread's loop.
     pub(crate) fn engine_loop(self: Arc<Self>) {
+        // Set once an operation ran: the loop polls for the next one a
+        // while before it sleeps (see `work::POLL`).
+        let mut ran: Option<Instant> = None;
         loop {
             let job = {
                 let mut s = self.sched.lock();
@@ -449,11 +461,18 @@ impl Shared {
                     if !s.busy {
                         if let Some(j) = s.queue.pop_front() {
                             s.busy = true;
+                            self.queued.store(s.queue.len(), Ordering::Release);
                             break j;
                         }
                     }
                     if s.shutdown && s.queue.is_empty() {
                         return;
+                    }
+                    if let Some(t) = ran.take().filter(|_| !self.poll.is_zero()) {
+                        parking_lot::MutexGuard::unlocked(&mut s, || {
+                            crate::work::poll_until(t, self.poll, || self.queued.load(Ordering::Acquire) > 0)
+                        });
+                        continue;
                     }
                     self.sched_cv.wait(&mut s);
                 }
@@ -463,6 +482,7 @@ impl Shared {
                 d.complete(r);
             }
             self.finish_inline();
+            ran = Some(Instant::now());
         }
     }
 
@@ -500,6 +520,7 @@ impl Shared {
     pub(crate) fn shutdown(&self) -> bool {
         let mut s = self.sched.lock();
         s.shutdown = true;
+        self.queued.store(0, Ordering::Release);
         for job in s.queue.drain(..) {
             let e = Error::aborted(format!("the communicator was destroyed before {} #{} ran", job.fp.op, job.seq));
             self.fr.failed(job.record, &e.to_string(), Vec::new());

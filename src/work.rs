@@ -6,17 +6,63 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a wait for a background operation polls its flag before it
+/// sleeps, and how long the engine thread polls for the next operation
+/// once it ran one. A sleeping thread costs a wake-up when the other side
+/// moves, and on a virtual machine whose CPU went idle that wake-up takes
+/// tens of microseconds, more than a small operation itself: polling
+/// (yielding the core between polls, so a thread that needs it gets it)
+/// keeps the CPU awake for what comes soon, and bounds what a long wait
+/// costs in polling.
+pub(crate) const POLL: Duration = Duration::from_micros(50);
+/// How long this rank's waits poll ([`POLL`] or nothing), for `local`
+/// ranks on this host: only where every thread that runs then has a core
+/// (a rank's caller waiting and its engine thread running, two per rank);
+/// with fewer cores a polling waiter would take a core from the engine
+/// threads it waits for.
+pub(crate) fn poll_budget(local: usize) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if local.saturating_mul(2) <= cores {
+        POLL
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Polls that spin before the polls start to yield.
+const SPINS: u32 = 64;
+
+/// Polls `ready` until it holds or `budget` has passed since `start`.
+pub(crate) fn poll_until(start: Instant, budget: Duration, ready: impl Fn() -> bool) {
+    let mut polls = 0u32;
+    while !ready() {
+        polls += 1;
+        if polls <= SPINS {
+            std::hint::spin_loop();
+            continue;
+        }
+        if start.elapsed() >= budget {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// One-shot completion flag with the operation's result.
 #[derive(Debug, Default)]
 pub(crate) struct Completion {
     done: AtomicBool,
     result: Mutex<Option<Result<()>>>,
     cv: Condvar,
+    /// How long a wait polls before it sleeps (see [`POLL`]).
+    poll: Duration,
 }
 
 impl Completion {
-    pub(crate) fn new() -> Arc<Completion> {
-        Arc::new(Completion::default())
+    /// A pending completion whose waits poll for `poll` before they sleep
+    /// ([`poll_budget`]).
+    pub(crate) fn new(poll: Duration) -> Arc<Completion> {
+        Arc::new(Completion { poll, ..Completion::default() })
     }
 
     pub(crate) fn complete(&self, r: Result<()>) {
@@ -40,9 +86,14 @@ impl Completion {
         self.done.load(Ordering::Acquire)
     }
 
-    /// The result, once done; `None` if `timeout` passed first.
+    /// The result, once done; `None` if `timeout` passed first. Polls for
+    /// its budget (within `timeout`) before it sleeps.
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> Option<Result<()>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        if !self.poll.is_zero() {
+            poll_until(start, timeout.map_or(self.poll, |t| t.min(self.poll)), || self.is_done());
+        }
         let mut g = self.result.lock();
         loop {
             if let Some(r) = g.as_ref() {
@@ -125,6 +176,44 @@ impl<B> Drop for Work<B> {
                 self.limit.as_secs_f64()
             );
             std::mem::forget(self.buf.take());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_poll_only_where_every_rank_has_a_core_for_its_caller_and_its_engine() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(poll_budget(cores / 2), if cores >= 2 { POLL } else { Duration::ZERO });
+        assert_eq!(poll_budget(cores / 2 + 1), Duration::ZERO);
+        assert_eq!(poll_budget(usize::MAX), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_polling_wait_returns_what_another_thread_completes_and_its_timeout_still_holds() {
+        for poll in [Duration::ZERO, POLL] {
+            for late in [Duration::ZERO, Duration::from_micros(20), Duration::from_millis(5)] {
+                let c = Completion::new(poll);
+                let c2 = c.clone();
+                let t = std::thread::spawn(move || {
+                    std::thread::sleep(late);
+                    c2.complete(Err(Error::aborted("from the engine")));
+                });
+                let r = c.wait(Some(Duration::from_secs(10)));
+                assert!(matches!(r, Some(Err(ref e)) if e.to_string().contains("from the engine")), "{r:?}");
+                t.join().unwrap();
+            }
+            // Nobody completes it: the wait gives up at its timeout, polling
+            // or not, shorter than the polling budget or longer.
+            for timeout in [Duration::from_micros(10), Duration::from_millis(20)] {
+                let c = Completion::new(poll);
+                let start = Instant::now();
+                assert!(c.wait(Some(timeout)).is_none());
+                assert!(start.elapsed() >= timeout && start.elapsed() < timeout + Duration::from_secs(2));
+            }
         }
     }
 }
