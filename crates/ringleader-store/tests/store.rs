@@ -416,3 +416,27 @@ fn many_clients_count_together() {
         }
     });
 }
+
+#[test]
+fn large_values_and_the_answers_after_them_arrive_whole() {
+    within(Duration::from_secs(60), || {
+        let (_server, addr) = server();
+        let mut c = client(&addr);
+        // 8 MiB arrives in many reads, and a small answer after it in the
+        // same buffer: both whole, the bytes after each frame kept for the
+        // next.
+        let big: Vec<u8> = (0..8usize << 20).map(|i| (i * 31 % 251) as u8).collect();
+        c.set("big", &big).unwrap();
+        c.set("small", b"s").unwrap();
+        let start = Instant::now();
+        for _ in 0..10 {
+            assert!(c.get("big", Duration::ZERO).unwrap() == big);
+            assert_eq!(c.get("small", Duration::ZERO).unwrap(), b"s");
+        }
+        let per_get = start.elapsed() / 10;
+        // About 10 ms here.
+        assert!(per_get < Duration::from_millis(500), "{per_get:?} per 8 MiB get");
+        let values = c.multi_get(&["small", "big", "small"], Duration::ZERO).unwrap();
+        assert_eq!(values, vec![b"s".to_vec(), big, b"s".to_vec()]);
+    });
+}

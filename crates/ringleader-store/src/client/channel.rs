@@ -45,7 +45,11 @@ impl From<Errno> for Failure {
 #[derive(Debug)]
 pub(super) struct Channel {
     stream: TcpStream,
+    /// Bytes read and not yet decoded are `rbuf[..filled]`; the rest is
+    /// room for the next read, zeroed once when it was first needed
+    /// (zeroing it again before every read cost more than the read).
     rbuf: Vec<u8>,
+    filled: usize,
     abort: Option<AbortSignal>,
 }
 
@@ -68,7 +72,7 @@ impl Channel {
         }
         // Requests and answers are small frames; Nagle would only add delay.
         let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
-        Ok(Channel { stream: TcpStream::from(fd), rbuf: Vec::new(), abort })
+        Ok(Channel { stream: TcpStream::from(fd), rbuf: Vec::new(), filled: 0, abort })
     }
 
     /// Writes all of `frame` by `deadline`. `MSG_NOSIGNAL`: a closed peer
@@ -94,8 +98,9 @@ impl Channel {
         decode: impl Fn(&[u8]) -> Result<Option<(T, usize)>, CodecError>,
     ) -> Result<T, Failure> {
         loop {
-            if let Some((msg, used)) = decode(&self.rbuf).map_err(Failure::Codec)? {
-                self.rbuf.drain(..used);
+            if let Some((msg, used)) = decode(&self.rbuf[..self.filled]).map_err(Failure::Codec)? {
+                self.rbuf.copy_within(used..self.filled, 0);
+                self.filled -= used;
                 return Ok(msg);
             }
             self.fill(deadline)?;
@@ -104,20 +109,24 @@ impl Channel {
 
     /// Appends what the socket has to the buffer, waiting for it if need be.
     fn fill(&mut self, deadline: Instant) -> Result<(), Failure> {
-        let old = self.rbuf.len();
-        let frame_rest = crate::codec::declared_len(&self.rbuf).map_or(0, |len| (len + 4).saturating_sub(old));
-        self.rbuf.resize(old + frame_rest.clamp(READ_CHUNK, MAX_READ), 0);
-        let read = self.read_into(old, deadline);
-        self.rbuf.truncate(old + read.as_ref().map_or(0, |n| *n));
-        match read? {
+        let old = self.filled;
+        let frame_rest = crate::codec::declared_len(&self.rbuf[..old]).map_or(0, |len| (len + 4).saturating_sub(old));
+        let end = old + frame_rest.clamp(READ_CHUNK, MAX_READ);
+        if self.rbuf.len() < end {
+            self.rbuf.resize(end, 0);
+        }
+        match self.read_into(old, end, deadline)? {
             0 => Err(Failure::Closed),
-            _ => Ok(()),
+            n => {
+                self.filled += n;
+                Ok(())
+            }
         }
     }
 
-    fn read_into(&mut self, at: usize, deadline: Instant) -> Result<usize, Failure> {
+    fn read_into(&mut self, at: usize, end: usize, deadline: Instant) -> Result<usize, Failure> {
         loop {
-            match (&self.stream).read(&mut self.rbuf[at..]) {
+            match (&self.stream).read(&mut self.rbuf[at..end]) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(PollFlags::IN, deadline)?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
