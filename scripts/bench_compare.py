@@ -441,16 +441,32 @@ def importable(name):
     return importlib.util.find_spec(name) is not None
 
 
+def find_ringleader(ap, args):
+    """The ringleader binary: --ringleader as given, else this tree's, built
+    first (as the demo builds it), so that the rows labelled with this
+    tree's commit were measured with its code and not with an older build
+    left in target/."""
+    if args.ringleader:
+        if not os.access(args.ringleader, os.X_OK):
+            ap.error(f"no ringleader binary at {args.ringleader}")
+        return
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+    args.ringleader = os.path.join(target, "release", "ringleader")
+    if shutil.which("cargo"):
+        print("# building ringleader (cargo build --release -p ringleader-cli --bins)", file=sys.stderr, flush=True)
+        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-cli", "--bins"], cwd=base.REPO)
+        if r.returncode != 0:
+            sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader BINARY runs a given one")
+    if not os.access(args.ringleader, os.X_OK):
+        ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
+
+
 def prepare_tables(ap, args, tables):
     """Checks what the tables' libraries need and finds it (binaries, the C
     program, the Python packages); exits naming what is missing."""
     libs = [lib for t in tables.values() for lib in t]
     if any(lib.startswith("rl-") for lib in libs):
-        if not args.ringleader:
-            target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
-            args.ringleader = os.path.join(target, "release", "ringleader")
-        if not os.access(args.ringleader, os.X_OK):
-            ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
+        find_ringleader(ap, args)
     if any(lib.startswith("ompi-") for lib in libs) and not shutil.which("mpirun"):
         sys.exit("error: mpirun not found: the ompi libraries need Open MPI "
                  "(apt-get install openmpi-bin libopenmpi-dev), or --libs without ompi-*")
@@ -690,7 +706,8 @@ def print_table(name, libs, table, repeats, commit, run_id):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--ringleader", help="the ringleader binary [default: target/release/ringleader]")
+    ap.add_argument("--ringleader", help="the ringleader binary, run as given [default: target/release/ringleader, "
+                                         "built from this tree first]")
     ap.add_argument("--native", action="store_true",
                     help="the native table: ringleader perf against the C program over Open MPI (above)")
     ap.add_argument("--python", action="store_true",
@@ -749,11 +766,7 @@ def main():
         print(f"note: skipping Open MPI: {why}", file=sys.stderr)
         libs = [lib for lib in libs if not lib.startswith("ompi")]
     if any(lib.startswith("rl") for lib in libs):
-        if not args.ringleader:
-            target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
-            args.ringleader = os.path.join(target, "release", "ringleader")
-        if not os.access(args.ringleader, os.X_OK):
-            ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
+        find_ringleader(ap, args)
 
     rows, failures = base.run_and_collect(args, libs, {lib: runner(lib) for lib in libs})
 
