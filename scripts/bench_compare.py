@@ -443,9 +443,9 @@ def importable(name):
 
 def find_ringleader(ap, args):
     """The ringleader binary: --ringleader as given, else this tree's, built
-    first (as the demo builds it), so that the rows labelled with this
-    tree's commit were measured with its code and not with an older build
-    left in target/."""
+    first with its library (as the Python tests build them), so that the
+    rows labelled with this tree's commit were measured with its code and
+    not with an older build left in target/."""
     if args.ringleader:
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}")
@@ -453,8 +453,12 @@ def find_ringleader(ap, args):
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
     args.ringleader = os.path.join(target, "release", "ringleader")
     if shutil.which("cargo"):
-        print("# building ringleader (cargo build --release -p ringleader-cli --bins)", file=sys.stderr, flush=True)
-        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-cli", "--bins"], cwd=base.REPO)
+        # The library too: the Python and torch tables load target/release's
+        # libringleader.so.
+        print("# building ringleader (cargo build --release -p ringleader-ffi -p ringleader-cli)", file=sys.stderr,
+              flush=True)
+        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-ffi", "-p", "ringleader-cli"],
+                           cwd=base.REPO)
         if r.returncode != 0:
             sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader BINARY runs a given one")
     if not os.access(args.ringleader, os.X_OK):
