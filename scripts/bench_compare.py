@@ -227,6 +227,11 @@ def mpi_available():
 # ---------------------------------------------------------------- native table
 
 
+def target_dir():
+    """Cargo's target folder for this tree."""
+    return os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+
+
 def mpi_c_binary(args):
     """The compiled C benchmark: --mpi-bench, or target/rl_mpi_bench/rl_mpi_bench,
     (re)built with mpicc -O2 when missing or older than its source."""
@@ -234,7 +239,7 @@ def mpi_c_binary(args):
         if not os.access(args.mpi_bench, os.X_OK):
             sys.exit(f"error: --mpi-bench {args.mpi_bench} is not an executable")
         return args.mpi_bench
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+    target = target_dir()
     out = os.path.join(target, "rl_mpi_bench", "rl_mpi_bench")
     if os.access(out, os.X_OK) and os.path.getmtime(out) >= os.path.getmtime(MPI_C_SOURCE):
         return out
@@ -370,7 +375,7 @@ def ringleader_python(ap):
         if not os.path.exists(library):
             ap.error(f"RINGLEADER_LIBRARY={library} does not exist")
     else:
-        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+        target = target_dir()
         built = os.path.join(target, "release", "libringleader.so")
         library = built if os.path.exists(built) else os.path.join(pkg, "libringleader.so")
         if not os.path.exists(library):
@@ -450,7 +455,7 @@ def find_ringleader(ap, args):
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}")
         return
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
+    target = target_dir()
     args.ringleader = os.path.join(target, "release", "ringleader")
     if shutil.which("cargo"):
         # The library too: the Python and torch tables load target/release's
