@@ -35,10 +35,9 @@ impl Running {
         fence(Ordering::Release);
         match now {
             Some((seq, fp)) => {
-                let b = fp.encode();
-                let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-                self.fingerprint[0].store(word(0), Ordering::Relaxed);
-                self.fingerprint[1].store(word(1), Ordering::Relaxed);
+                let [w0, w1] = fp.words();
+                self.fingerprint[0].store(w0, Ordering::Relaxed);
+                self.fingerprint[1].store(w1, Ordering::Relaxed);
                 self.seq.store(seq, Ordering::Relaxed);
             }
             None => self.seq.store(0, Ordering::Relaxed),

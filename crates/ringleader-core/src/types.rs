@@ -365,6 +365,20 @@ impl Fingerprint {
         b
     }
 
+    /// [`Fingerprint::encode`] as two little-endian words, computed
+    /// directly: what the shared-memory fastboxes, the flight recorder and
+    /// the running collective store, once per call each.
+    #[inline]
+    pub fn words(&self) -> [u64; 2] {
+        let reduce = self.reduce_op.map_or(Self::NONE_U8, ReduceOp::code);
+        let root = self.root.unwrap_or(Self::NONE_U32);
+        let first = u64::from(self.op.code())
+            | u64::from(self.dtype.code()) << 8
+            | u64::from(reduce) << 16
+            | u64::from(root) << 32;
+        [first, self.count]
+    }
+
     /// Decodes [`Fingerprint::encode`]'s output; `None` for unknown codes.
     pub fn decode(b: &[u8]) -> Option<Fingerprint> {
         if b.len() < Self::ENCODED_LEN {
@@ -426,6 +440,23 @@ mod tests {
         for o in OpKind::ALL {
             assert_eq!(OpKind::from_code(o.code()), Some(o));
             assert_eq!(OpKind::parse(o.name()), Some(o));
+        }
+    }
+
+    #[test]
+    fn fingerprint_words_are_its_encoding_read_as_two_little_endian_words() {
+        let fps = [
+            Fingerprint::new(OpKind::Broadcast, DType::BF16, 7).with_root(3),
+            Fingerprint::new(OpKind::AllReduce, DType::F64, u64::MAX - 5).with_reduce_op(ReduceOp::Max),
+            Fingerprint::new(OpKind::Reduce, DType::I8, 1 << 40)
+                .with_root(u32::MAX as usize - 2)
+                .with_reduce_op(ReduceOp::Avg),
+            Fingerprint::new(OpKind::Barrier, DType::U8, 0),
+        ];
+        for fp in fps {
+            let b = fp.encode();
+            let le = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(fp.words(), [le(0), le(1)], "{fp:?}");
         }
     }
 

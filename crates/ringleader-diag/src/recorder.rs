@@ -277,11 +277,10 @@ impl Slot {
         // load of the slot's old version first.
         self.version.store(2 * r.id + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        let fp = r.fp.encode();
-        let word = |i: usize| u64::from_le_bytes(fp[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        let [w0, w1] = r.fp.words();
         self.seq.store(r.seq, Ordering::Relaxed);
-        self.fp[0].store(word(0), Ordering::Relaxed);
-        self.fp[1].store(word(1), Ordering::Relaxed);
+        self.fp[0].store(w0, Ordering::Relaxed);
+        self.fp[1].store(w1, Ordering::Relaxed);
         self.created.store(r.created, Ordering::Relaxed);
         self.started.store(r.started, Ordering::Relaxed);
         self.done.store(0, Ordering::Relaxed);

@@ -144,11 +144,15 @@ pub trait Fastbox {
     /// stream).
     fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> io::Result<bool>;
 
-    /// Takes the next frame if it lies in a fastbox: hands its header
-    /// fields and its payload, where it lies, to `take`, then frees the
-    /// fastbox. `false` when nothing arrived or the next frame is in the
-    /// stream (`take` is not called).
-    fn try_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> io::Result<bool>;
+    /// The next frame if it lies in a fastbox: its header fields and its
+    /// payload, where it lies (`None` when nothing arrived or the next
+    /// frame is in the stream). The fastbox stays the receiver's, and every
+    /// call answers the same frame, until [`Fastbox::release`].
+    fn peek(&mut self) -> io::Result<Option<(BoxHead, &[u8])>>;
+
+    /// Frees the fastbox of the frame [`Fastbox::peek`] handed out, once
+    /// its payload is used (nothing if none is handed out).
+    fn release(&mut self);
 }
 
 /// The header fields of a fastbox frame, as they travel: a data frame's
@@ -168,13 +172,7 @@ pub struct BoxHead {
 impl BoxHead {
     /// The fingerprint as fastbox frames carry it.
     pub fn words(fingerprint: &Fingerprint) -> [u64; 2] {
-        let b = fingerprint.encode();
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(w)
-        };
-        [word(0), word(1)]
+        fingerprint.words()
     }
 
     /// The header of a fastbox frame of `len` bytes, decoded as a stream

@@ -236,9 +236,7 @@ impl Driver {
                     return Ok(Outcome::HandOver { sends: sent, recvs: got });
                 }
             }
-            if let Some(f) = under_way.take() {
-                f();
-            }
+            self.under_way(&mut under_way);
             if sent == all_sends && got == all_recvs {
                 self.add_spun(&idle);
                 return Ok(Outcome::Done(Ok(())));

@@ -46,19 +46,21 @@ pub(super) fn recv(
 ) -> Result<bool> {
     let peer = item.chan.peer;
     let Some(fb) = link.fastbox() else { return Ok(false) };
-    let mut failed = None;
-    let mut take = |head: &BoxHead, data: &[u8]| {
-        let expected =
-            head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && data.len() == item.region.len;
-        if expected || check(head, data.len(), peer, item, tag, op).map_err(|e| failed = Some(e)).is_ok() {
-            land(bufs, item, data, op);
-        }
+    let (head, data) = match fb.peek() {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(lost(peer, op, &format!("receiving failed: {e}"))),
     };
-    match fb.try_recv(&mut take) {
-        Ok(true) => failed.map_or(Ok(true), Err),
-        Ok(false) => Ok(false),
-        Err(e) => Err(lost(peer, op, &format!("receiving failed: {e}"))),
+    let expected =
+        head.seq == op.seq && head.fingerprint == fingerprint && head.tag == tag && data.len() == item.region.len;
+    let checked = if expected { Ok(()) } else { check(&head, data.len(), peer, item, tag, op) };
+    if checked.is_ok() {
+        land(bufs, item, data, op);
     }
+    // Freed either way, as a stream frame is read whole whatever its
+    // header says.
+    fb.release();
+    checked.map(|()| true)
 }
 
 /// Checks a fastbox frame's header (and its length, `len`) that is not
@@ -76,6 +78,10 @@ fn check(head: &BoxHead, len: usize, peer: Rank, item: &RecvItem, tag: u32, op: 
 /// Copies or reduces a fastbox frame's payload into `item`'s region.
 #[inline]
 fn land(bufs: &mut [Buf<'_>], item: &RecvItem, data: &[u8], op: &OpInfo) {
+    // (A barrier's frames carry nothing, and land nowhere.)
+    if data.is_empty() {
+        return;
+    }
     match item.mode {
         RecvMode::Copy => rw(bufs, item.region.buf)[item.region.range()].copy_from_slice(data),
         RecvMode::Reduce { with } => reduce_piece(bufs, item, with, 0, data, op),

@@ -126,6 +126,13 @@ impl Deadline {
     }
 }
 
+/// A rank publishes the CPU it runs on at the start of one run in this
+/// many (and whenever it waits, see `wait.rs`): a peer waiting for it
+/// reads it to tell whether they share a core, and a rank that never
+/// waits moves between CPUs rarely, where reading the CPU on every run is
+/// a noticeable part of a small collective.
+const CPU_EVERY: u32 = 16;
+
 /// Runs plans. Holds per-link scratch that is reused between collectives,
 /// so the steady state allocates nothing.
 #[derive(Debug, Default)]
@@ -150,6 +157,9 @@ pub struct Driver {
     /// When this rank last tried to move itself off a core it shared with
     /// a peer (see `wait.rs`).
     moved: std::cell::Cell<Option<Instant>>,
+    /// Runs so far (wrapping), for publishing this rank's CPU on one run
+    /// in [`CPU_EVERY`].
+    runs: u32,
     /// The peers last published as awaited (what `awaited` holds from us).
     published: smallvec::SmallVec<[Rank; 8]>,
     /// Boxed runs (see `boxed.rs`), and the run's fingerprint as fastbox
@@ -206,6 +216,24 @@ impl Driver {
         self.spun
     }
 
+    /// What a run does once, after its first pass over its links, while its
+    /// first frames travel: the caller's bookkeeping ([`Watch::under_way`]),
+    /// and, one run in [`CPU_EVERY`], where this rank runs, published for a
+    /// peer that waits for it to tell whether they share a core (see
+    /// `wait.rs`). Done before that pass, either would delay every peer's
+    /// first frame by as much.
+    #[inline]
+    fn under_way(&self, pending: &mut Option<&dyn Fn()>) {
+        if let Some(f) = pending.take() {
+            if self.runs % CPU_EVERY == 1 {
+                if let Some(w) = &self.waiter {
+                    w.note_cpu();
+                }
+            }
+            f();
+        }
+    }
+
     fn add_spun(&mut self, span: &IdleSpan) {
         if let Some(t) = &mut self.spun {
             *t += span.lasted();
@@ -233,11 +261,7 @@ impl Driver {
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         let nchans = links.len() * streams;
         self.boxed.encode(&op.fingerprint);
-        if let Some(w) = &self.waiter {
-            // Where this rank runs, for a peer that waits for it to tell
-            // whether they share a core (see `wait.rs`).
-            w.note_cpu();
-        }
+        self.runs = self.runs.wrapping_add(1);
         self.spun = Some(Duration::ZERO);
         self.active.clear();
         self.fit(nchans, plan);
@@ -353,9 +377,7 @@ impl Driver {
                 progressed |= self.pump_recvs(ci, link, bufs, plan, op)?;
                 finished &= self.chans[ci].finished();
             }
-            if let Some(f) = under_way.take() {
-                f();
-            }
+            self.under_way(&mut under_way);
             if finished {
                 self.add_spun(&idle);
                 return Ok(());

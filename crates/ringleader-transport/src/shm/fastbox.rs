@@ -109,15 +109,15 @@ impl ShmLink {
         matches!(self.next_box(tail), Ok(Some((_, pos))) if pos == tail)
     }
 
-    /// Takes the next frame if it is in a cell (every ring byte before
-    /// it has been read): hands its header fields and payload, where they
-    /// lie, to `take`, then frees the cell.
-    pub fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
-        let h = self.domain.own.ring_header(self.rx);
-        let tail = h.tail.load(Ordering::Relaxed);
-        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(false) };
+    /// The next frame if it is in a cell (every ring byte before it has
+    /// been read): its header fields and its payload, where it lies. The
+    /// cell stays this rank's until [`ShmLink::box_release`]; until then
+    /// every call answers the same frame.
+    pub fn box_peek(&mut self) -> std::io::Result<Option<(BoxHead, &[u8])>> {
+        let tail = self.domain.own.ring_header(self.rx).tail.load(Ordering::Relaxed);
+        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(None) };
         if pos != tail {
-            return Ok(false);
+            return Ok(None);
         }
         let len = cell.len.load(Ordering::Relaxed) as usize;
         if len > BOX_PAYLOAD {
@@ -131,15 +131,35 @@ impl ShmLink {
             fingerprint: [cell.fingerprint[0].load(Ordering::Relaxed), cell.fingerprint[1].load(Ordering::Relaxed)],
             tag: cell.tag.load(Ordering::Relaxed),
         };
+        let at = cell.payload.as_ptr() as *const u8;
+        self.box_peeked = true;
         // SAFETY: `len` is within the cell's payload (checked); the writer
         // filled those bytes before the stamp this rank acquired, and
-        // leaves them alone until the cell is released below, after the
-        // slice's last use.
-        let payload = unsafe { std::slice::from_raw_parts(cell.payload.as_ptr() as *const u8, len) };
-        take(&head, payload);
+        // leaves them alone until the cell is released, which needs `self`
+        // mutably, after the slice's last use (its lifetime is `self`'s
+        // borrow). The mapping lives as long as `self.domain`.
+        let payload = unsafe { std::slice::from_raw_parts(at, len) };
+        Ok(Some((head, payload)))
+    }
+
+    /// Frees the cell of the frame [`ShmLink::box_peek`] handed out, once
+    /// its payload is used: the writer may reuse it. Nothing if no frame
+    /// is handed out.
+    pub fn box_release(&mut self) {
+        if !std::mem::take(&mut self.box_peeked) {
+            return;
+        }
         self.box_read += 1;
         // The cell is copied out: the writer may reuse it.
-        h.box_read.store(self.box_read, Ordering::Release);
+        self.domain.own.ring_header(self.rx).box_read.store(self.box_read, Ordering::Release);
+    }
+
+    /// Takes the next frame if it is in a cell: hands its header fields
+    /// and payload, where they lie, to `take`, then frees the cell.
+    pub fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
+        let Some((head, payload)) = self.box_peek()? else { return Ok(false) };
+        take(&head, payload);
+        self.box_release();
         Ok(true)
     }
 }
@@ -155,8 +175,13 @@ impl Fastbox for ShmLink {
     }
 
     #[inline]
-    fn try_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
-        self.box_recv(take)
+    fn peek(&mut self) -> std::io::Result<Option<(BoxHead, &[u8])>> {
+        self.box_peek()
+    }
+
+    #[inline]
+    fn release(&mut self) {
+        self.box_release()
     }
 }
 

@@ -31,6 +31,9 @@ pub struct ShmLink {
     pub(super) box_taken: u64,
     /// ...and fastbox frames read.
     pub(super) box_read: u64,
+    /// Whether the next frame's cell was handed out by `box_peek` and is
+    /// not released yet.
+    pub(super) box_peeked: bool,
 }
 
 impl std::fmt::Debug for ShmLink {
@@ -69,6 +72,7 @@ impl Domain {
                     box_sent: 0,
                     box_taken: 0,
                     box_read: 0,
+                    box_peeked: false,
                 })
                 .collect();
             out.push((peer, links));
