@@ -279,7 +279,7 @@ impl Communicator {
                 let (done, _) = self.submit_p2p(req)?;
                 self.shared.wait_bounded(&done)
             }
-            Dispatch::Engine(req) => self.shared.run_sync(req),
+            Dispatch::Engine(req) => self.shared.run_sync(&req),
         }
     }
 

@@ -67,6 +67,9 @@ const AT_ONCE_MAX: u64 = 4096;
 pub(crate) struct Job {
     pub task: Task,
     pub fp: Fingerprint,
+    /// `fp`'s [`Fingerprint::words`]: the running collective, its flight
+    /// record and its plan's key each store or compare them.
+    words: [u64; 2],
     /// Collective sequence number (sends and receives never reach the
     /// engine: they are the lane's, numbered per peer).
     pub seq: u64,
@@ -121,11 +124,13 @@ pub(crate) struct Exec {
     pub links: Vec<Vec<AnyLink>>,
     driver: Driver,
     plan: Plan,
-    /// What `plan` was built for (the collective and its element size; the
-    /// rest of a schedule's inputs are the communicator's) and what to do
-    /// around it: a training loop repeats the same small calls, and
-    /// rebuilding the same plan each time costs as much as sending it.
-    planned: Option<((Coll, usize), algo::Prep)>,
+    /// What `plan` was built for and what to do around it: a training loop
+    /// repeats the same small calls, and rebuilding the same plan each
+    /// time costs as much as sending it. The key is the call's fingerprint
+    /// ([`Fingerprint::words`]), which names the collective and its element
+    /// type (the rest of a schedule's inputs are the communicator's), and
+    /// compares in two words.
+    planned: Option<([u64; 2], algo::Prep)>,
     plan_scratch: algo::Scratch,
     scratch: Vec<u64>,
 }
@@ -364,6 +369,7 @@ impl Shared {
         Job {
             task: req.task,
             fp: req.fp,
+            words: req.fp.words(),
             seq,
             record,
             io: req.io,
@@ -396,10 +402,10 @@ impl Shared {
     }
 
     /// Runs a synchronous operation to completion.
-    pub(crate) fn run_sync(&self, req: Submission) -> Result<()> {
-        match self.enqueue(&req, true)? {
+    pub(crate) fn run_sync(&self, req: &Submission) -> Result<()> {
+        match self.enqueue(req, true)? {
             Enqueued::Inline(claim) => {
-                let job = self.inline_job(&req, claim);
+                let job = self.inline_job(req, claim);
                 // Idle again however this ends (a panic is caught in
                 // `execute`; this holds even if one escaped).
                 struct Idle<'a>(&'a Shared);
@@ -546,7 +552,8 @@ impl Shared {
     /// `Job::unwritten`).
     fn write_record(&self, job: &Job) {
         if let Some((at, site)) = job.unwritten.take() {
-            self.fr.write_started(job.record, Started { fp: job.fp, seq: job.seq, p2p_seq: 0, at, site });
+            let s = Started { fp: job.fp, words: job.words, seq: job.seq, p2p_seq: 0, at, site };
+            self.fr.write_started(job.record, s);
         }
     }
 
@@ -561,7 +568,7 @@ impl Shared {
             return Err(f);
         }
         self.op_timeout_ms.store(job.timeout.as_millis() as u64, Ordering::Relaxed);
-        self.current.set(Some((job.seq, job.fp)));
+        self.current.set_words(Some((job.seq, job.words)));
         if !job.started {
             self.fr.started_seq(job.record, job.seq);
         }
@@ -598,13 +605,14 @@ impl Shared {
         let Exec { links, driver, plan, planned, plan_scratch, scratch } = &mut *x;
         let dtype = job.fp.dtype;
         let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
+        let key = job.words;
         let prep = match planned {
-            Some((key, prep)) if *key == (coll, sh.esz) => *prep,
+            Some((planned_key, prep)) if *planned_key == key => *prep,
             _ => {
                 // Forgotten first: a build that panics leaves no stale key.
                 *planned = None;
                 let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
-                *planned = Some(((coll, sh.esz), prep));
+                *planned = Some((key, prep));
                 prep
             }
         };

@@ -29,13 +29,19 @@ impl Running {
     /// collectives calls this.
     #[inline]
     pub(crate) fn set(&self, now: Option<(u64, Fingerprint)>) {
+        self.set_words(now.map(|(seq, fp)| (seq, fp.words())));
+    }
+
+    /// [`Running::set`] with the fingerprint given as its
+    /// [`Fingerprint::words`], which the engine computes once per call.
+    #[inline]
+    pub(crate) fn set_words(&self, now: Option<(u64, [u64; 2])>) {
         let v = self.version.load(Ordering::Relaxed);
         self.version.store(v.wrapping_add(1), Ordering::Relaxed);
         // The odd version is visible before any field changes.
         fence(Ordering::Release);
         match now {
-            Some((seq, fp)) => {
-                let [w0, w1] = fp.words();
+            Some((seq, [w0, w1])) => {
                 self.fingerprint[0].store(w0, Ordering::Relaxed);
                 self.fingerprint[1].store(w1, Ordering::Relaxed);
                 self.seq.store(seq, Ordering::Relaxed);

@@ -213,6 +213,9 @@ struct Record {
 pub struct Started {
     /// The call.
     pub fp: Fingerprint,
+    /// `fp`'s [`Fingerprint::words`], as the record stores them: a caller
+    /// that has them at hand (once per call) saves computing them again.
+    pub words: [u64; 2],
     /// Its collective sequence number (0 for send/recv).
     pub seq: u64,
     /// Its send/recv sequence number (0 for collectives).
@@ -269,15 +272,16 @@ fn prefetch(slot: &Slot) {
 }
 
 impl Slot {
-    /// Fills the slot with a new record. Only the thread that numbered the
-    /// record writes it, so plain stores bracket the fields.
+    /// Fills the slot with a new record, whose fingerprint is `words`
+    /// ([`Fingerprint::words`] of `r.fp`). Only the thread that numbered
+    /// the record writes it, so plain stores bracket the fields.
     #[inline]
-    fn write(&self, r: &Record) {
+    fn write(&self, r: &Record, words: [u64; 2]) {
         // Any odd value marks the slot as being written; this one needs no
         // load of the slot's old version first.
         self.version.store(2 * r.id + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        let [w0, w1] = r.fp.words();
+        let [w0, w1] = words;
         self.seq.store(r.seq, Ordering::Relaxed);
         self.fp[0].store(w0, Ordering::Relaxed);
         self.fp[1].store(w1, Ordering::Relaxed);
@@ -433,7 +437,7 @@ impl FlightRecorder {
     /// was made.
     pub fn record_started_at(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> u64 {
         let (id, t) = self.begin_started(seq);
-        self.write_started(id, Started { fp, seq, p2p_seq, at: t, site });
+        self.write_started(id, Started { fp, words: fp.words(), seq, p2p_seq, at: t, site });
         id
     }
 
@@ -457,7 +461,7 @@ impl FlightRecorder {
     /// [`begin_started`](Self::begin_started).
     #[inline]
     pub fn write_started(&self, id: u64, s: Started) {
-        self.write(id, s.fp, s.seq, s.p2p_seq, Some(s.at), s.site);
+        self.write(id, s.fp, s.words, s.seq, s.p2p_seq, Some(s.at), s.site);
     }
 
     /// Collectives of one communicator start and end one at a time (the
@@ -490,17 +494,27 @@ impl FlightRecorder {
 
     fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.write(id, fp, seq, p2p_seq, started, site);
+        self.write(id, fp, fp.words(), seq, p2p_seq, started, site);
         id
     }
 
     #[inline]
-    fn write(&self, id: u64, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) {
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        id: u64,
+        fp: Fingerprint,
+        words: [u64; 2],
+        seq: u64,
+        p2p_seq: u64,
+        started: Option<u64>,
+        site: Option<CallSite>,
+    ) {
         if let Some(slot) = self.slot(id) {
             let created = started.unwrap_or_else(clock::now);
             let started = started.unwrap_or(0);
             let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
-            slot.write(&Record { id, seq, fp, created, started, done: 0, failed: false, site });
+            slot.write(&Record { id, seq, fp, created, started, done: 0, failed: false, site }, words);
             if let Some(next) = self.slot(id + 1) {
                 prefetch(next);
             }
@@ -630,7 +644,7 @@ mod tests {
         let (id, at) = fr.begin_started(7);
         // Running before its record is written: the watchdog sees it.
         assert_eq!(fr.progress().running.load(Ordering::Relaxed), id + 1);
-        fr.write_started(id, Started { fp, seq: 7, p2p_seq: 0, at, site: None });
+        fr.write_started(id, Started { fp, words: fp.words(), seq: 7, p2p_seq: 0, at, site: None });
         fr.completed_after(id, 7, Some(Duration::from_micros(3)));
         let e = fr.entry(id).unwrap();
         assert_eq!((e.state, e.label()), (State::Completed, "all_reduce #7".to_string()));
@@ -638,7 +652,7 @@ mod tests {
         assert_eq!(end - start, 3000);
         // A length as long as the flag allows stays a length, not a stamp.
         let (id, at) = fr.begin_started(8);
-        fr.write_started(id, Started { fp, seq: 8, p2p_seq: 0, at, site: None });
+        fr.write_started(id, Started { fp, words: fp.words(), seq: 8, p2p_seq: 0, at, site: None });
         fr.completed_after(id, 8, Some(Duration::MAX));
         assert_eq!(fr.entry(id).unwrap().state, State::Completed);
     }

@@ -66,12 +66,15 @@ impl ShmLink {
         cell.fingerprint[1].store(head.fingerprint[1], Ordering::Relaxed);
         cell.tag.store(head.tag, Ordering::Relaxed);
         cell.len.store(payload.len() as u32, Ordering::Relaxed);
-        // SAFETY: the cell's payload holds BOX_PAYLOAD bytes (checked
-        // above against the length) of atomics, whose memory may be
-        // written through a shared reference; the reader touches them only
-        // after it sees the stamp below, and the writer writes only cells
-        // the reader has released (`box_read`).
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), cell.payload.as_ptr() as *mut u8, payload.len()) };
+        // (A barrier's frames carry nothing: no call to copy nothing.)
+        if !payload.is_empty() {
+            // SAFETY: the cell's payload holds BOX_PAYLOAD bytes (checked
+            // above against the length) of atomics, whose memory may be
+            // written through a shared reference; the reader touches them
+            // only after it sees the stamp below, and the writer writes
+            // only cells the reader has released (`box_read`).
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), cell.payload.as_ptr() as *mut u8, payload.len()) };
+        }
         // Publishes the fields above to a reader that sees the stamp.
         cell.stamp.store(next, Ordering::Release);
         self.box_sent = next;
