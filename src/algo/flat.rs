@@ -65,8 +65,10 @@ impl Fold {
         let len = self.len;
         scratch[self.rank * len..(self.rank + 1) * len].copy_from_slice(own);
         let (acc, rest) = scratch[..self.n * len].split_at_mut(len);
-        for slot in rest.chunks_exact(len.max(1)).take(self.n - 1) {
-            reduce_bytes(dtype, op, acc, slot);
+        // Slot by slot by offset: `chunks_exact` would divide by `len` (a
+        // division on every small collective's path).
+        for j in 0..self.n - 1 {
+            reduce_bytes(dtype, op, acc, &rest[j * len..(j + 1) * len]);
         }
     }
 }

@@ -360,6 +360,14 @@ fn try_half(dtype: DType, op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[u
     }
 }
 
+/// The bytes of whole `dtype` elements in the first `len`. Element sizes
+/// are powers of two, so this masks where `len / size * size` would divide
+/// by a size only known at run time, a division on every small reduction.
+#[inline]
+fn whole(dtype: DType, len: usize) -> usize {
+    len & !(dtype.size() - 1)
+}
+
 macro_rules! dispatch {
     ($dtype:expr, $f:ident, $($arg:expr),*) => {
         match $dtype {
@@ -389,7 +397,7 @@ macro_rules! dispatch {
 /// assert_eq!(a, [11.0, 22.0]);
 /// ```
 pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
-    let n = dst.len().min(src.len()) / dtype.size() * dtype.size();
+    let n = whole(dtype, dst.len().min(src.len()));
     if n <= NARROW_MAX && !is_half(dtype) {
         return dispatch!(dtype, reduce_narrow, op, &mut dst[..n], &src[..n]);
     }
@@ -409,7 +417,7 @@ pub fn reduce_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
 /// assert_eq!(d, [5, 1]);
 /// ```
 pub fn reduce3_bytes(dtype: DType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
-    let n = dst.len().min(a.len()).min(b.len()) / dtype.size() * dtype.size();
+    let n = whole(dtype, dst.len().min(a.len()).min(b.len()));
     if !(is_half(dtype) && try_half(dtype, op, &mut dst[..n], Some(&a[..n]), &b[..n])) {
         dispatch!(dtype, reduce3_bytes_typed, op, &mut dst[..n], &a[..n], &b[..n])
     }
@@ -427,7 +435,7 @@ pub fn finish_avg(dtype: DType, buf: &mut [u8], world_size: usize) {
     if world_size <= 1 {
         return;
     }
-    let n = buf.len() / dtype.size() * dtype.size();
+    let n = whole(dtype, buf.len());
     dispatch!(dtype, div_bytes_typed, &mut buf[..n], world_size)
 }
 
@@ -446,6 +454,15 @@ pub fn reduce_slice<T: Element>(op: ReduceOp, dst: &mut [T], src: &[T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_elements_are_counted_as_a_division_would() {
+        for d in DType::ALL {
+            for len in 0..70 {
+                assert_eq!(whole(d, len), len / d.size() * d.size(), "{d:?}, {len} bytes");
+            }
+        }
+    }
 
     #[test]
     fn integer_ops_wrap_like_numpy() {
