@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """ringleader vs gloo, same machine, same run, same definitions.
 
-Runs `ringleader perf` (the built binary) and PyTorch's `gloo` backend (CPU)
-over the same sizes for each op and world size, each (lib, op, nproc) run
---repeats times, interleaved so that a noisy neighbour hurts both alike, and
-prints one table of MEDIAN times per size side by side:
+Runs `ringleader perf` (this tree's, built first unless --ringleader names
+one) and PyTorch's `gloo` backend (CPU) over the same sizes for each op and
+world size, each (lib, op, nproc) run --repeats times, interleaved so that a
+noisy neighbour hurts both alike, and prints one table of MEDIAN times per
+size side by side:
 
     op  nproc  bytes  ringleader time_us  gloo time_us  ringleader busbw  gloo busbw  ratio
 
@@ -420,7 +421,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--ringleader", help="the ringleader binary [default: target/release/ringleader]")
+    ap.add_argument("--ringleader", help="the ringleader binary [default: target/release/ringleader, built first]")
     ap.add_argument("--ops", nargs="+", choices=OPS, default=DEFAULT_OPS)
     ap.add_argument("--op", choices=OPS, help=argparse.SUPPRESS)
     ap.add_argument("--nproc", nargs="+", type=int, default=[2])
@@ -448,8 +449,14 @@ def main():
         ap.error("--repeats and --nproc must be at least 1, and -b at most -e")
     if not args.gloo_only:
         if not args.ringleader:
+            # This tree's binary, built first: a binary left from another
+            # build would be measured under this tree's name.
             target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
             args.ringleader = os.path.join(target, "release", "ringleader")
+            print("# building ringleader (cargo build --release -p ringleader-cli)", file=sys.stderr, flush=True)
+            r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-cli"], cwd=REPO)
+            if r.returncode != 0:
+                sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader PATH runs a given one")
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}: build it with "
                      "`cargo build --release -p ringleader-cli` or pass --ringleader PATH")
