@@ -227,11 +227,6 @@ def mpi_available():
 # ---------------------------------------------------------------- native table
 
 
-def target_dir():
-    """Cargo's target folder for this tree."""
-    return os.environ.get("CARGO_TARGET_DIR", os.path.join(base.REPO, "target"))
-
-
 def mpi_c_binary(args):
     """The compiled C benchmark: --mpi-bench, or target/rl_mpi_bench/rl_mpi_bench,
     (re)built with mpicc -O2 when missing or older than its source."""
@@ -239,7 +234,7 @@ def mpi_c_binary(args):
         if not os.access(args.mpi_bench, os.X_OK):
             sys.exit(f"error: --mpi-bench {args.mpi_bench} is not an executable")
         return args.mpi_bench
-    target = target_dir()
+    target = base.target_dir()
     out = os.path.join(target, "rl_mpi_bench", "rl_mpi_bench")
     if os.access(out, os.X_OK) and os.path.getmtime(out) >= os.path.getmtime(MPI_C_SOURCE):
         return out
@@ -375,7 +370,7 @@ def ringleader_python(ap):
         if not os.path.exists(library):
             ap.error(f"RINGLEADER_LIBRARY={library} does not exist")
     else:
-        target = target_dir()
+        target = base.target_dir()
         built = os.path.join(target, "release", "libringleader.so")
         library = built if os.path.exists(built) else os.path.join(pkg, "libringleader.so")
         if not os.path.exists(library):
@@ -455,17 +450,12 @@ def find_ringleader(ap, args):
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}")
         return
-    target = target_dir()
+    target = base.target_dir()
     args.ringleader = os.path.join(target, "release", "ringleader")
     if shutil.which("cargo"):
         # The library too: the Python and torch tables load target/release's
         # libringleader.so.
-        print("# building ringleader (cargo build --release -p ringleader-ffi -p ringleader-cli)", file=sys.stderr,
-              flush=True)
-        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-ffi", "-p", "ringleader-cli"],
-                           cwd=base.REPO)
-        if r.returncode != 0:
-            sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader BINARY runs a given one")
+        base.build_ringleader(["ringleader-ffi", "ringleader-cli"])
     if not os.access(args.ringleader, os.X_OK):
         ap.error(f"no ringleader binary at {args.ringleader}: `cargo build --release -p ringleader-cli`")
 

@@ -54,6 +54,22 @@ ELEM = 4  # float32
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def target_dir():
+    """Cargo's target folder for this tree."""
+    return os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+
+
+def build_ringleader(packages):
+    """Builds this tree's `packages` (release), so that rows labelled with
+    this tree were measured with its code, not with an older build left in
+    target/; exits naming the failure."""
+    print(f"# building ringleader (cargo build --release -p {' -p '.join(packages)})", file=sys.stderr, flush=True)
+    cmd = ["cargo", "build", "--release", "-q"] + [a for p in packages for a in ("-p", p)]
+    r = subprocess.run(cmd, cwd=REPO)
+    if r.returncode != 0:
+        sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader PATH runs a given one")
+
+
 # ---------------------------------------------------------------- definitions
 
 
@@ -449,14 +465,8 @@ def main():
         ap.error("--repeats and --nproc must be at least 1, and -b at most -e")
     if not args.gloo_only:
         if not args.ringleader:
-            # This tree's binary, built first: a binary left from another
-            # build would be measured under this tree's name.
-            target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-            args.ringleader = os.path.join(target, "release", "ringleader")
-            print("# building ringleader (cargo build --release -p ringleader-cli)", file=sys.stderr, flush=True)
-            r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "ringleader-cli"], cwd=REPO)
-            if r.returncode != 0:
-                sys.exit(f"error: building ringleader failed (exit {r.returncode}); --ringleader PATH runs a given one")
+            args.ringleader = os.path.join(target_dir(), "release", "ringleader")
+            build_ringleader(["ringleader-cli"])
         if not os.access(args.ringleader, os.X_OK):
             ap.error(f"no ringleader binary at {args.ringleader}: build it with "
                      "`cargo build --release -p ringleader-cli` or pass --ringleader PATH")

@@ -170,11 +170,6 @@ pub struct BoxHead {
 }
 
 impl BoxHead {
-    /// The fingerprint as fastbox frames carry it.
-    pub fn words(fingerprint: &Fingerprint) -> [u64; 2] {
-        fingerprint.words()
-    }
-
     /// The header of a fastbox frame of `len` bytes, decoded as a stream
     /// frame's would be (a fingerprint that does not decode is the same
     /// error).

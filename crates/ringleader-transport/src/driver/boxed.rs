@@ -49,7 +49,7 @@ struct Step {
 #[derive(Debug, Default)]
 pub(super) struct Boxed {
     /// The current run's fingerprint as fastbox frames carry it
-    /// ([`crate::link::BoxHead::words`]), encoded once per run (the
+    /// ([`ringleader_core::Fingerprint::words`]), encoded once per run (the
     /// general loop's fastbox frames use it too).
     pub(super) fingerprint: [u64; 2],
     /// What `fingerprint` encodes (a loop repeats its calls).
@@ -76,7 +76,7 @@ impl Boxed {
     #[inline]
     pub(super) fn encode(&mut self, fp: &ringleader_core::Fingerprint) {
         if self.encoded.as_ref() != Some(fp) {
-            self.fingerprint = crate::link::BoxHead::words(fp);
+            self.fingerprint = fp.words();
             self.encoded = Some(*fp);
         }
     }

@@ -12,7 +12,7 @@ use ringleader_core::{Error, Rank, Result};
 
 /// Sends frame `tag`, carrying `data`, to `peer` in the link's fastbox if
 /// it has one free; `false`: it goes through the stream. `fingerprint`:
-/// `op`'s, encoded once for the run ([`BoxHead::words`]).
+/// `op`'s, encoded once for the run ([`ringleader_core::Fingerprint::words`]).
 #[inline]
 pub(super) fn send(
     link: &mut dyn Link,

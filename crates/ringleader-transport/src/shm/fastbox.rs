@@ -158,8 +158,10 @@ impl ShmLink {
     }
 
     /// Takes the next frame if it is in a cell: hands its header fields
-    /// and payload, where they lie, to `take`, then frees the cell.
-    pub fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
+    /// and payload, where they lie, to `take`, then frees the cell (the
+    /// tests' way to read a cell; the driver peeks and releases).
+    #[cfg(test)]
+    pub(crate) fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
         let Some((head, payload)) = self.box_peek()? else { return Ok(false) };
         take(&head, payload);
         self.box_release();

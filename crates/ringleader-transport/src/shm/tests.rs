@@ -171,7 +171,7 @@ fn fp() -> ringleader_core::Fingerprint {
 }
 
 fn head(tag: u32) -> crate::link::BoxHead {
-    crate::link::BoxHead { seq: 5, fingerprint: crate::link::BoxHead::words(&fp()), tag }
+    crate::link::BoxHead { seq: 5, fingerprint: fp().words(), tag }
 }
 
 fn hdr(tag: u32, len: usize) -> crate::frame::FrameHeader {
