@@ -1,22 +1,20 @@
 //! The communicator: the public face of a rank in a job.
 
-use crate::algo::Coll;
-use crate::engine::{EngineParts, Enqueued, Shared, Submission, Task};
+use crate::call::{describe, Call, Dispatch, P2pRequest, RawOp};
+use crate::engine::{EngineParts, Shared};
 use crate::log;
 use crate::monitor::{self, Stop};
 use crate::p2p::{self, P2p, P2pJob};
 use crate::pidwatch::PidWatch;
-use crate::rawbuf::RawBuf;
 use crate::rendezvous::{self, hostname};
 use crate::work::Completion;
 use crate::work::Work;
 use parking_lot::Mutex;
-use ringleader_core::{AbortSignal, Config, DType, Element, Error, Fingerprint, OpKind, Rank, ReduceOp, Result};
-use ringleader_diag::{CallSite, Entry};
+use ringleader_core::{AbortSignal, Config, Element, Error, OpKind, Rank, ReduceOp, Result};
+use ringleader_diag::Entry;
 use ringleader_store::{Presence, StoreServer};
-use ringleader_transport::driver::{self, Driver};
+use ringleader_transport::driver::Driver;
 use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
-use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -59,96 +57,6 @@ impl std::fmt::Debug for Communicator {
             .field("world_size", &self.shared.world)
             .field("store", &self.shared.store_addr)
             .finish()
-    }
-}
-
-/// What a raw call does (see [`Communicator::call_raw`]).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RawOp {
-    /// In place on the output buffer.
-    AllReduce { op: ReduceOp },
-    /// Input to output.
-    AllGather,
-    /// Input to output.
-    ReduceScatter { op: ReduceOp },
-    /// In place on the output buffer.
-    Broadcast { root: Rank },
-    /// In place on the output buffer.
-    Reduce { root: Rank, op: ReduceOp },
-    /// Input to output.
-    AllToAll,
-    /// Reads the input.
-    Send { peer: Rank },
-    /// Writes the output.
-    Recv { peer: Rank },
-    /// No buffers.
-    Barrier,
-    /// No buffers.
-    MonitoredBarrier { timeout: Duration, wait_all: bool },
-}
-
-/// A validated call: an operation for the engine (a collective, a
-/// monitored barrier), or a send or receive for the lane.
-enum Dispatch {
-    Engine(Submission),
-    P2p(P2pRequest),
-}
-
-/// A send or receive, before the lane numbers it.
-struct P2pRequest {
-    peer: Rank,
-    fp: Fingerprint,
-    /// What a send reads, or a receive writes.
-    buf: RawBuf,
-    site: Option<CallSite>,
-}
-
-/// A collective on raw buffers, for language bindings.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct Call {
-    /// What to do.
-    pub op: RawOp,
-    /// Element type of both buffers.
-    pub dtype: DType,
-    /// Input buffer (read only).
-    pub input: *const u8,
-    /// Elements in `input`.
-    pub input_count: usize,
-    /// Output (or in-place) buffer.
-    pub output: *mut u8,
-    /// Elements in `output`.
-    pub output_count: usize,
-    /// Where the user's code made the call, for the flight recorder.
-    pub site: Option<CallSite>,
-}
-
-impl Call {
-    #[track_caller]
-    fn inplace<T: Element>(op: RawOp, buf: &mut [T]) -> Call {
-        Call {
-            op,
-            dtype: T::DTYPE,
-            input: std::ptr::null(),
-            input_count: 0,
-            output: buf.as_mut_ptr() as *mut u8,
-            output_count: buf.len(),
-            site: Some(CallSite::Rust(Location::caller())),
-        }
-    }
-
-    #[track_caller]
-    fn outofplace<T: Element>(op: RawOp, input: &[T], output: &mut [T]) -> Call {
-        Call {
-            op,
-            dtype: T::DTYPE,
-            input: input.as_ptr() as *const u8,
-            input_count: input.len(),
-            output: output.as_mut_ptr() as *mut u8,
-            output_count: output.len(),
-            site: Some(CallSite::Rust(Location::caller())),
-        }
     }
 }
 
@@ -273,35 +181,38 @@ impl Communicator {
     }
 
     fn sync(&self, call: Call) -> Result<()> {
-        let _call = self.shared.enter()?;
-        match self.request(call)? {
+        let sh = &self.shared;
+        // A collective on an idle communicator runs here, as worked out
+        // the first time its shape was called.
+        if let Some(key) = call.key() {
+            if sh.try_claim() {
+                return sh.run_claimed(&call, key);
+            }
+        }
+        let _call = sh.enter()?;
+        match describe(&call, sh.rank, sh.world)? {
             Dispatch::P2p(req) => {
                 let (done, _) = self.submit_p2p(req)?;
-                self.shared.wait_bounded(&done)
+                sh.wait_bounded(&done)
             }
-            Dispatch::Engine(req) => self.shared.run_sync(&req),
+            Dispatch::Engine(req) => sh.run_sync(&req),
         }
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
-        let _call = self.shared.enter()?;
-        let limit = self.shared.wait_limit();
-        let req = match self.request(call)? {
+        let sh = &self.shared;
+        let _call = sh.enter()?;
+        let limit = sh.wait_limit();
+        match describe(&call, sh.rank, sh.world)? {
             Dispatch::P2p(req) => {
                 let op = req.fp.op;
                 let (done, seq) = self.submit_p2p(req)?;
-                return Ok(Work { done, buf: Some(buf), op, seq, limit });
+                Ok(Work { done, buf: Some(buf), op, seq, limit })
             }
-            Dispatch::Engine(req) => req,
-        };
-        let op = req.fp.op;
-        match self.shared.enqueue(&req, false)? {
-            Enqueued::Queued(done, seq) => Ok(Work { done, buf: Some(buf), op, seq, limit }),
-            Enqueued::Inline(_) => Err(Error::Internal {
-                rank: self.shared.rank,
-                op: Some((op, 0)),
-                what: "an asynchronous submission was to run inline".into(),
-            }),
+            Dispatch::Engine(req) => {
+                let (done, seq) = sh.enqueue(&req)?;
+                Ok(Work { done, buf: Some(buf), op: req.fp.op, seq, limit })
+            }
         }
     }
 
@@ -322,109 +233,6 @@ impl Communicator {
         let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.buf, done: done.clone() };
         p2p::submit(sh, job)?;
         Ok((done, seq))
-    }
-
-    /// Validates a call and turns it into a request for the engine or the
-    /// lane.
-    fn request(&self, c: Call) -> Result<Dispatch> {
-        let (n, rank) = (self.shared.world, self.shared.rank);
-        let check_root = |what: &str, root: Rank| {
-            if root >= n {
-                return Err(Error::invalid(what, format!("rank {root} does not exist in a world of {n}")));
-            }
-            Ok(())
-        };
-        let check_peer = |what: &str, peer: Rank| {
-            check_root(what, peer)?;
-            if peer == rank {
-                return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
-            }
-            Ok(())
-        };
-        let times_n = |what: &str, small: usize, big: usize, small_name: &str, big_name: &str| {
-            if small.checked_mul(n) != Some(big) {
-                return Err(Error::invalid(
-                    what,
-                    format!("{big_name} holds {big} elements; it must hold world_size ({n}) x {small_name} ({small})"),
-                ));
-            }
-            Ok(())
-        };
-        let (ic, oc) = (c.input_count, c.output_count);
-        // What runs it: a collective's schedule, or the lane to one peer.
-        enum Target {
-            Coll(Coll),
-            Peer(Rank),
-        }
-        let (op, target) = match c.op {
-            RawOp::AllReduce { op } => (OpKind::AllReduce, Target::Coll(Coll::AllReduce { count: oc, op })),
-            RawOp::AllGather => {
-                times_n("all_gather", ic, oc, "input", "output")?;
-                (OpKind::AllGather, Target::Coll(Coll::AllGather { per_rank: ic }))
-            }
-            RawOp::ReduceScatter { op } => {
-                times_n("reduce_scatter", oc, ic, "output", "input")?;
-                (OpKind::ReduceScatter, Target::Coll(Coll::ReduceScatter { per_rank: oc, op }))
-            }
-            RawOp::Broadcast { root } => {
-                check_root("broadcast root", root)?;
-                (OpKind::Broadcast, Target::Coll(Coll::Broadcast { count: oc, root }))
-            }
-            RawOp::Reduce { root, op } => {
-                check_root("reduce root", root)?;
-                (OpKind::Reduce, Target::Coll(Coll::Reduce { count: oc, root, op }))
-            }
-            RawOp::AllToAll => {
-                if ic != oc || ic % n != 0 {
-                    return Err(Error::invalid(
-                        "all_to_all",
-                        format!("input ({ic}) and output ({oc}) must hold the same number of elements, a multiple of world_size ({n})"),
-                    ));
-                }
-                (OpKind::AllToAll, Target::Coll(Coll::AllToAll { per_rank: ic / n }))
-            }
-            // Sends and receives run on their own lane.
-            RawOp::Send { peer } => {
-                check_peer("send destination", peer)?;
-                (OpKind::Send, Target::Peer(peer))
-            }
-            RawOp::Recv { peer } => {
-                check_peer("recv source", peer)?;
-                (OpKind::Recv, Target::Peer(peer))
-            }
-            RawOp::Barrier => (OpKind::Barrier, Target::Coll(Coll::Barrier)),
-            RawOp::MonitoredBarrier { timeout, wait_all } => {
-                let fp = fp(OpKind::MonitoredBarrier, DType::U8, 0);
-                let task = Task::MonitoredBarrier { timeout, wait_all };
-                let (io, out) = (RawBuf::EMPTY, RawBuf::EMPTY);
-                return Ok(Dispatch::Engine(Submission { task, fp, io, io_ro: false, out, site: c.site }));
-            }
-        };
-        let esz = c.dtype.size();
-        check_buffers(op, &c, ic * esz, oc * esz)?;
-        let (input, output) = (RawBuf::new(c.input as *mut u8, ic * esz), RawBuf::new(c.output, oc * esz));
-        // In-place operations work on the output buffer; the others read the input.
-        let (count, io, io_ro, out) = match op {
-            OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll => (ic, input, true, output),
-            OpKind::Send => (ic, input, true, RawBuf::EMPTY),
-            OpKind::Barrier => (0, RawBuf::EMPTY, false, RawBuf::EMPTY),
-            _ => (oc, output, false, RawBuf::EMPTY),
-        };
-        let mut fp = fp(op, c.dtype, count);
-        match c.op {
-            RawOp::AllReduce { op } | RawOp::ReduceScatter { op } => fp = fp.with_reduce_op(op),
-            RawOp::Broadcast { root } => fp = fp.with_root(root),
-            RawOp::Reduce { root, op } => fp = fp.with_root(root).with_reduce_op(op),
-            RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
-            _ => {}
-        }
-        Ok(match target {
-            Target::Coll(task) => {
-                Dispatch::Engine(Submission { task: Task::Coll(task), fp, io, io_ro, out, site: c.site })
-            }
-            // A send reads `io` (the input), a receive writes it (the output).
-            Target::Peer(peer) => Dispatch::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
-        })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,
@@ -683,8 +491,7 @@ impl Communicator {
     /// come (the driver writes the goodbye frames).
     fn say_goodbye(&self) {
         let sh = &self.shared;
-        let last = sh.fr.progress().last_started.load(Ordering::Relaxed);
-        driver::say_goodbye(&mut sh.exec.lock().links, last);
+        sh.say_goodbye(sh.fr.progress().last_started.load(Ordering::Relaxed));
     }
 
     /// Keeps the store this rank hosts open until the others left.
@@ -709,28 +516,4 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// Null pointers with a non-zero count, and overlapping buffers of an
-/// out-of-place operation, are refused before anything runs.
-fn check_buffers(op: OpKind, c: &Call, in_bytes: usize, out_bytes: usize) -> Result<()> {
-    let reads_input = matches!(op, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Send);
-    let writes_output = !matches!(op, OpKind::Send | OpKind::Barrier);
-    if reads_input && in_bytes > 0 && c.input.is_null() {
-        return Err(Error::invalid(format!("{op} input"), "null pointer with a non-zero count"));
-    }
-    if writes_output && out_bytes > 0 && c.output.is_null() {
-        return Err(Error::invalid(format!("{op} output"), "null pointer with a non-zero count"));
-    }
-    if reads_input && writes_output && in_bytes > 0 && out_bytes > 0 {
-        let (i, o) = (c.input as usize, c.output as usize);
-        if i < o + out_bytes && o < i + in_bytes {
-            return Err(Error::invalid(op.name(), "input and output overlap; pass separate buffers"));
-        }
-    }
-    Ok(())
-}
-
-fn fp(op: OpKind, dtype: DType, count: usize) -> Fingerprint {
-    Fingerprint::new(op, dtype, count as u64)
 }

@@ -3,7 +3,11 @@
 //!
 //! A synchronous call from an idle communicator runs on the caller's thread
 //! (no hand-off, which would cost two context switches on a busy machine);
-//! otherwise it queues behind the operations already submitted and waits.
+//! otherwise it queues behind the operations already submitted and waits
+//! (who runs what, and in which order: `sched.rs`). A collective call
+//! repeated with the same shape is worked out once (`known.rs`), and one
+//! whose frames all fit a fastbox runs as a compiled straight line
+//! (the transport's express runs).
 //! Asynchronous calls always queue; the engine thread runs them. Either way
 //! each operation gets its sequence number at submission, is recorded in the
 //! flight recorder, and ends in exactly one completion.
@@ -15,8 +19,11 @@
 //! waiter is completed; nothing waits on a thread that died.
 
 use crate::algo::{self, Coll, Shape};
+use crate::call::{buffers, check_buffers, describe, Call, CallKey, Dispatch, Submission, Task};
+use crate::known::{Known, KnownCalls};
 use crate::rawbuf::RawBuf;
 use crate::rendezvous::PeerInfo;
+use crate::sched::{Numbered, Sched};
 use crate::watchdog;
 use crate::work::Completion;
 use parking_lot::{Condvar, Mutex};
@@ -27,33 +34,12 @@ use ringleader_diag::CallSite;
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot, Started};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{AnyLink, Buf, Deadline, Driver, OpInfo, Plan, Region, Watch};
-use std::cell::Cell;
-use std::collections::VecDeque;
+use ringleader_transport::{AnyLink, Buf, Deadline, Driver, OpInfo, Region, Watch};
+use std::cell::{Cell, UnsafeCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What an engine operation does (sends and receives are the lane's:
-/// `p2p.rs`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Task {
-    Coll(Coll),
-    MonitoredBarrier { timeout: Duration, wait_all: bool },
-}
-
-/// An operation as submitted.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Submission {
-    pub task: Task,
-    pub fp: Fingerprint,
-    pub io: RawBuf,
-    pub io_ro: bool,
-    pub out: RawBuf,
-    /// Where the user's code made the call.
-    pub site: Option<CallSite>,
-}
 
 /// The largest collective (bytes per rank) whose inline run, if it never
 /// slept, is recorded as ending when its start stamp plus the time its
@@ -68,8 +54,12 @@ pub(crate) struct Job {
     pub task: Task,
     pub fp: Fingerprint,
     /// `fp`'s [`Fingerprint::words`]: the running collective, its flight
-    /// record and its plan's key each store or compare them.
+    /// record and its fastbox frames each store or compare them.
     words: [u64; 2],
+    /// The call's shape, under which its plan is kept (`known.rs`).
+    key: Option<CallKey>,
+    /// Where its shape is kept, when the caller looked it up already.
+    known: Option<usize>,
     /// Collective sequence number (sends and receives never reach the
     /// engine: they are the lane's, numbered per peer).
     pub seq: u64,
@@ -96,6 +86,12 @@ pub(crate) struct Job {
     owner: Rank,
 }
 
+impl Numbered for Job {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
 impl Drop for Job {
     /// A job dropped before its completion was given (its runner unwound
     /// past it) still completes its waiters.
@@ -110,30 +106,28 @@ impl Drop for Job {
     }
 }
 
-#[derive(Debug)]
-struct Sched {
-    queue: VecDeque<Job>,
-    busy: bool,
-    shutdown: bool,
-    seq: u64,
-}
-
-/// What running an operation needs, used by one operation at a time.
+/// What running an operation needs, used by the running operation only
+/// (the claim holder, see `sched.rs`).
 #[derive(Debug)]
 pub(crate) struct Exec {
     pub links: Vec<Vec<AnyLink>>,
     driver: Driver,
-    plan: Plan,
-    /// What `plan` was built for and what to do around it: a training loop
-    /// repeats the same small calls, and rebuilding the same plan each
-    /// time costs as much as sending it. The key is the call's fingerprint
-    /// ([`Fingerprint::words`]), which names the collective and its element
-    /// type (the rest of a schedule's inputs are the communicator's), and
-    /// compares in two words.
-    planned: Option<([u64; 2], algo::Prep)>,
+    /// The collective calls seen, worked out once each (`known.rs`).
+    known: KnownCalls,
     plan_scratch: algo::Scratch,
     scratch: Vec<u64>,
 }
+
+/// The [`Exec`] of a communicator, which only the holder of its claim
+/// (see `sched.rs`) reaches ([`Shared::held`]): the claim is its lock, and
+/// a second one would cost two more atomic read-modify-writes on the path
+/// of every sub-microsecond collective.
+struct Held(UnsafeCell<Exec>);
+
+// SAFETY: the `Exec` inside is only reached through `Shared::held`, whose
+// callers hold the communicator's claim, which one thread at a time does.
+#[allow(unsafe_code)]
+unsafe impl Sync for Held {}
 
 /// State shared by the communicator handle, the engine thread and the
 /// monitor thread.
@@ -147,15 +141,13 @@ pub(crate) struct Shared {
     pub host: String,
     pub abort: AbortSignal,
     pub fr: FlightRecorder,
-    sched: Mutex<Sched>,
-    sched_cv: Condvar,
-    /// The queue's length as of its last change, read without the lock by
-    /// the engine thread while it polls for work.
-    queued: AtomicUsize,
+    /// Who runs the next operation, and the queue (`sched.rs`).
+    sched: Sched<Job>,
     /// How long the engine thread polls for more work, and waits for
     /// queued operations poll, before they sleep (`work::poll_budget`).
     pub poll: Duration,
-    pub exec: Mutex<Exec>,
+    /// What the running operation works with: its holder's alone.
+    exec: Held,
     /// The verdict once an operation failed: every later one returns it.
     pub failure: crate::sticky::Sticky,
     /// The auxiliary store connection (failure handling, monitored barrier).
@@ -168,6 +160,13 @@ pub(crate) struct Shared {
     pub current: crate::running::Running,
     /// Hard timeout of the running operation, in ms.
     pub op_timeout_ms: AtomicU64,
+    /// A collective's hard timeout, and the same in ms (a monitored
+    /// barrier's may be longer).
+    coll_timeout_ms: u64,
+    /// A collective's deadline: counted from its run's first sleep, the
+    /// watchdog bounds it by its timeout, and this is the backstop should
+    /// the watchdog not.
+    coll_deadline: Deadline,
     pub destroyed: AtomicBool,
     /// Calls in flight on the caller side (submitting, or waiting for a
     /// synchronous operation), which destroying waits for.
@@ -209,31 +208,19 @@ pub(crate) struct CallGuard<'a>(&'a Shared);
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if self.0.inflight.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.destroyed.load(Ordering::SeqCst) {
-            // Under the lock, so a destroy between its check and its wait
-            // cannot miss this.
-            let _g = self.0.inflight_lock.lock();
-            self.0.inflight_cv.notify_all();
+            self.0.calls_may_be_done();
         }
     }
 }
 
-/// How a submission proceeds.
-pub(crate) enum Enqueued {
-    /// Run it now on this thread, as [`Shared::inline_job`] makes it from
-    /// the submission and this, then call [`Shared::finish_inline`]. (The
-    /// job is made where it runs: moving it costs as much as a small
-    /// collective's bookkeeping.)
-    Inline(Claimed),
-    /// The engine thread will run it.
-    Queued(Arc<Completion>, u64),
-}
+/// The claim of an operation running on the caller's thread (see
+/// `sched.rs`): given up when dropped, however the run ends.
+struct Claim<'a>(&'a Shared);
 
-/// An inline run's number, flight record and start stamp.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Claimed {
-    seq: u64,
-    record: u64,
-    at: u64,
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.release_claim();
+    }
 }
 
 /// What a rank that joined its job hands the engine ([`Shared::new`]).
@@ -263,18 +250,15 @@ impl Shared {
             host,
             fr: FlightRecorder::new(cfg.fr_size, cfg.timeout.as_millis() as u64),
             abort,
-            sched: Mutex::new(Sched { queue: VecDeque::new(), busy: false, shutdown: false, seq: 0 }),
-            sched_cv: Condvar::new(),
-            queued: AtomicUsize::new(0),
+            sched: Sched::default(),
             poll: Duration::ZERO,
-            exec: Mutex::new(Exec {
+            exec: Held(UnsafeCell::new(Exec {
                 links,
                 driver,
-                plan: Plan::default(),
-                planned: None,
+                known: KnownCalls::default(),
                 plan_scratch: algo::Scratch::default(),
                 scratch: Vec::new(),
-            }),
+            })),
             failure: crate::sticky::Sticky::default(),
             store: Mutex::new(store),
             store_addr,
@@ -282,6 +266,8 @@ impl Shared {
             peers,
             current: crate::running::Running::default(),
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
+            coll_timeout_ms: watchdog::op_timeout(cfg.timeout, None).as_millis() as u64,
+            coll_deadline: Deadline::AfterFirstSleep(watchdog::op_timeout(cfg.timeout, None) + watchdog::BACKSTOP),
             destroyed: AtomicBool::new(false),
             inflight: std::sync::atomic::AtomicUsize::new(0),
             inflight_lock: Mutex::new(()),
@@ -300,14 +286,20 @@ impl Shared {
 
     /// Registers a call in flight on the caller's thread; fails once the
     /// communicator is destroyed. Destroying waits (bounded) until every
-    /// guard is dropped.
+    /// guard is dropped, and no operation runs.
     pub(crate) fn enter(&self) -> Result<CallGuard<'_>> {
-        self.inflight.fetch_add(1, Ordering::SeqCst);
-        let guard = CallGuard(self);
+        let guard = self.enter_anyway();
         if self.destroyed.load(Ordering::SeqCst) {
             return Err(Error::aborted("the communicator was destroyed"));
         }
         Ok(guard)
+    }
+
+    /// [`Shared::enter`] for a call that must finish what it started (a
+    /// numbered operation) whether or not the communicator is destroyed.
+    fn enter_anyway(&self) -> CallGuard<'_> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        CallGuard(self)
     }
 
     /// How many calls are in flight on callers' threads.
@@ -315,21 +307,76 @@ impl Shared {
         self.inflight.load(Ordering::SeqCst)
     }
 
-    /// Waits until no call is in flight, at most `limit`; whether none is.
+    /// Wakes a destroy waiting for calls to end (under the lock, so a
+    /// destroy between its check and its wait cannot miss this).
+    fn calls_may_be_done(&self) {
+        let _g = self.inflight_lock.lock();
+        self.inflight_cv.notify_all();
+    }
+
+    /// Waits until no call is in flight and no operation runs, at most
+    /// `limit`; whether that is so.
     pub(crate) fn wait_calls_done(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
+        let done = || self.inflight.load(Ordering::SeqCst) == 0 && !self.sched.busy();
         let mut g = self.inflight_lock.lock();
-        while self.inflight.load(Ordering::SeqCst) > 0 {
+        while !done() {
             if self.inflight_cv.wait_until(&mut g, deadline).timed_out() {
-                return self.inflight.load(Ordering::SeqCst) == 0;
+                return done();
             }
         }
         true
     }
 
-    /// Numbers, records and queues an operation.
-    #[inline(always)]
-    pub(crate) fn enqueue(&self, req: &Submission, sync: bool) -> Result<Enqueued> {
+    /// Claims the communicator for an operation on the caller's thread
+    /// (see `sched.rs`); the caller then runs it with
+    /// [`Shared::run_claimed`].
+    #[inline]
+    pub(crate) fn try_claim(&self) -> bool {
+        self.sched.try_claim()
+    }
+
+    /// What the running operation works with.
+    ///
+    /// # Safety
+    /// The caller holds the claim (see `sched.rs`: an inline run, the
+    /// engine thread's job, or [`Shared::say_goodbye`]'s claim of the
+    /// closed communicator), takes this once per claim, and drops it before
+    /// the claim is released.
+    #[allow(unsafe_code, clippy::mut_from_ref)]
+    #[inline]
+    unsafe fn held(&self) -> &mut Exec {
+        // SAFETY: per the contract, this is the only reference while the
+        // claim is held, and only one thread holds it at a time.
+        unsafe { &mut *self.exec.0.get() }
+    }
+
+    /// Writes the goodbye frames on every collective link (see
+    /// [`ringleader_transport::driver::say_goodbye`]), after the last
+    /// collective `last`: only once the communicator is closed and nothing
+    /// runs (else there is nothing to say goodbye to safely, and the peers
+    /// learn of the departure from the store).
+    pub(crate) fn say_goodbye(&self, last: u64) {
+        if !self.sched.claim_closed() {
+            return;
+        }
+        // SAFETY: the claim is held, until the release below.
+        #[allow(unsafe_code)]
+        let x = unsafe { self.held() };
+        ringleader_transport::driver::say_goodbye(&mut x.links, last);
+        self.release_claim();
+    }
+
+    /// Gives up the claim of the operation that ran (see `sched.rs`).
+    #[inline]
+    fn release_claim(&self) {
+        if self.sched.release().closed {
+            self.calls_may_be_done();
+        }
+    }
+
+    /// Numbers, records and queues an operation for the engine thread.
+    pub(crate) fn enqueue(&self, req: &Submission) -> Result<(Arc<Completion>, u64)> {
         crate::stacks::note_caller();
         if self.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -337,31 +384,23 @@ impl Shared {
         if let Some(f) = self.failure.get() {
             return Err(f);
         }
-        let mut s = self.sched.lock();
-        if s.shutdown {
-            return Err(Error::aborted("the communicator was destroyed"));
-        }
-        s.seq += 1;
-        let seq = s.seq;
-        if sync && !s.busy && s.queue.is_empty() {
-            let (record, at) = self.fr.begin_started(seq);
-            s.busy = true;
-            return Ok(Enqueued::Inline(Claimed { seq, record, at }));
-        }
-        let record = self.fr.record_at(req.fp, seq, 0, req.site);
-        let mut job = self.job(req, seq, record, None);
         let done = Completion::new(self.poll);
-        job.done = Some(done.clone());
-        s.queue.push_back(job);
-        self.queued.store(s.queue.len(), Ordering::Release);
-        self.sched_cv.notify_all();
-        Ok(Enqueued::Queued(done, seq))
+        let seq = self
+            .sched
+            .enqueue(|seq| {
+                let record = self.fr.record_at(req.fp, seq, 0, req.site);
+                let mut job = self.job(req, req.fp.words(), seq, record, None);
+                job.done = Some(done.clone());
+                job
+            })
+            .ok_or_else(|| Error::aborted("the communicator was destroyed"))?;
+        Ok((done, seq))
     }
 
-    /// The job of a submission numbered `seq`, recorded as `record`
-    /// (started at `at` when it runs inline).
+    /// The job of a submission (fingerprint encoded as `words`) numbered
+    /// `seq`, recorded as `record` (started at `at` when it runs inline).
     #[inline(always)]
-    fn job(&self, req: &Submission, seq: u64, record: u64, at: Option<u64>) -> Job {
+    fn job(&self, req: &Submission, words: [u64; 2], seq: u64, record: u64, at: Option<u64>) -> Job {
         let timeout = match req.task {
             Task::MonitoredBarrier { timeout, .. } => watchdog::op_timeout(self.cfg.timeout, Some(timeout)),
             Task::Coll(_) => watchdog::op_timeout(self.cfg.timeout, None),
@@ -369,7 +408,9 @@ impl Shared {
         Job {
             task: req.task,
             fp: req.fp,
-            words: req.fp.words(),
+            words,
+            key: req.key,
+            known: None,
             seq,
             record,
             io: req.io,
@@ -384,40 +425,185 @@ impl Shared {
         }
     }
 
-    /// The job an inline claim runs.
-    #[inline(always)]
-    pub(crate) fn inline_job(&self, req: &Submission, c: Claimed) -> Job {
-        self.job(req, c.seq, c.record, Some(c.at))
-    }
-
-    /// Marks the engine idle after an inline run.
-    pub(crate) fn finish_inline(&self) {
-        let mut s = self.sched.lock();
-        s.busy = false;
-        // Wake the engine thread only if work queued up meanwhile: waking an
-        // idle engine after every call costs a context switch each time.
-        if !s.queue.is_empty() {
-            self.sched_cv.notify_all();
-        }
-    }
-
-    /// Runs a synchronous operation to completion.
+    /// Runs a synchronous operation to completion: on this thread if the
+    /// communicator is idle, else queued behind what runs.
     pub(crate) fn run_sync(&self, req: &Submission) -> Result<()> {
-        match self.enqueue(req, true)? {
-            Enqueued::Inline(claim) => {
-                let job = self.inline_job(req, claim);
-                // Idle again however this ends (a panic is caught in
-                // `execute`; this holds even if one escaped).
-                struct Idle<'a>(&'a Shared);
-                impl Drop for Idle<'_> {
-                    fn drop(&mut self) {
-                        self.0.finish_inline();
-                    }
-                }
-                let _idle = Idle(self);
-                self.execute(&job)
+        if !self.sched.try_claim() {
+            let (done, _) = self.enqueue(req)?;
+            return self.wait_bounded(&done);
+        }
+        let claim = Claim(self);
+        crate::stacks::note_caller();
+        if let Some(f) = self.failure.get() {
+            return Err(f);
+        }
+        let words = req.fp.words();
+        let (seq, now) = self.sched.number();
+        if !now {
+            std::mem::forget(claim);
+            return self.queue_behind(req, words, seq);
+        }
+        let (record, at) = self.fr.begin_started(seq);
+        let job = self.job(req, words, seq, record, Some(at));
+        // SAFETY: the claim is held until `claim` drops, after this use.
+        #[allow(unsafe_code)]
+        let x = unsafe { self.held() };
+        self.execute(&job, x)
+    }
+
+    /// Runs synchronous collective `call`, of shape `key`, on this thread,
+    /// which holds the claim (see `sched.rs`): the call's shape as worked
+    /// out before (`known.rs`), its buffers checked; given up when done.
+    /// The path of every repeated small collective.
+    pub(crate) fn run_claimed(&self, call: &Call, key: CallKey) -> Result<()> {
+        let claim = Claim(self);
+        crate::stacks::note_caller();
+        if let Some(f) = self.failure.get() {
+            return Err(f);
+        }
+        // SAFETY: the claim is held until `claim` drops, after every use
+        // (or is handed to the queue, after the last use).
+        #[allow(unsafe_code)]
+        let x = unsafe { self.held() };
+        let i = match x.known.find(key) {
+            Some(i) => {
+                check_buffers(x.known.get(i).op(), call)?;
+                i
             }
-            Enqueued::Queued(done, _) => self.wait_bounded(&done),
+            None => self.learn_call(x, call, key)?,
+        };
+        let (seq, now) = self.sched.number();
+        let k = x.known.get(i);
+        if now && k.express.is_some() {
+            return self.run_express(x, i, call, seq);
+        }
+        let (io, io_ro, out) = buffers(k.op(), call);
+        let req = Submission { task: Task::Coll(k.coll), fp: k.fp, io, io_ro, out, site: call.site, key: Some(key) };
+        let words = k.words;
+        if !now {
+            std::mem::forget(claim);
+            return self.queue_behind(&req, words, seq);
+        }
+        let (record, at) = self.fr.begin_started(seq);
+        let mut job = self.job(&req, words, seq, record, Some(at));
+        job.known = Some(i);
+        self.execute(&job, x)
+    }
+
+    /// An express run: claimed call `call`, numbered `seq`, of kept shape
+    /// `i`, which has an express form. What [`Shared::execute`] does for a
+    /// job (recorded, watched, bounded, its failure made the verdict, a
+    /// panic caught), without making one: at a few bytes, making and
+    /// dropping a job costs as much as the frames.
+    fn run_express(&self, x: &mut Exec, i: usize, call: &Call, seq: u64) -> Result<()> {
+        let (record, at) = self.fr.begin_started(seq);
+        let Exec { links, driver, known, scratch, .. } = x;
+        let k = known.get(i);
+        self.op_timeout_ms.store(self.coll_timeout_ms, Ordering::Relaxed);
+        self.current.set_words(Some((seq, k.words)));
+        // Written while the first frames travel, else before anything else
+        // is recorded of it (see `Job::unwritten`).
+        let unwritten = Cell::new(true);
+        let write = || {
+            if unwritten.replace(false) {
+                let s = Started { fp: k.fp, words: k.words, seq, p2p_seq: 0, at, site: call.site };
+                self.fr.write_started(record, s);
+            }
+        };
+        // The run's error, if it fails (the closure returns nothing, so
+        // that a run that succeeds moves no error-sized result around).
+        let mut failed = None;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            fault::check(Point::Engine, seq);
+            if let Some(reason) = self.abort.reason() {
+                failed = Some(reason);
+                return;
+            }
+            let (io, io_ro, out) = buffers(k.op(), call);
+            let op = OpInfo { seq, fingerprint: k.fp, checks: self.cfg.checks };
+            let watch = Watch {
+                abort: &self.abort,
+                deadline: self.coll_deadline,
+                awaited: &self.awaited,
+                under_way: Some(&write),
+            };
+            if let Err(e) = run_plan(self.world, driver, links, scratch, k, (io, io_ro, out), &op, &watch) {
+                failed = Some(e);
+            }
+        }));
+        write();
+        let r = match (r, failed) {
+            (Ok(()), None) => {
+                let ran = (k.fp.count.saturating_mul(k.fp.dtype.size() as u64) <= AT_ONCE_MAX)
+                    .then(|| driver.spun())
+                    .flatten();
+                self.fr.completed_after(record, seq, ran);
+                Ok(())
+            }
+            (Ok(()), Some(e)) => Err(self.resolve(record, e)),
+            (Err(payload), _) => {
+                let e = self.panic_error(payload.as_ref(), k.fp.op, seq);
+                known.clear();
+                Err(self.fail_internal(record, e))
+            }
+        };
+        self.current.set(None);
+        r
+    }
+
+    /// Checks and works out `call`, a shape not kept: its index in the
+    /// kept shapes.
+    #[cold]
+    fn learn_call(&self, x: &mut Exec, call: &Call, key: CallKey) -> Result<usize> {
+        let internal = |what: &str| Error::Internal { rank: self.rank, op: None, what: what.into() };
+        let Dispatch::Engine(req) = describe(call, self.rank, self.world)? else {
+            return Err(internal("a send or receive was described as a collective"));
+        };
+        let Task::Coll(coll) = req.task else {
+            return Err(internal("a monitored barrier was described as a collective"));
+        };
+        Ok(self.learn(x, Some(key), coll, req.fp))
+    }
+
+    /// Works out collective `coll` (fingerprint `fp`, shape `key`): its
+    /// plan, what to do around it and, where every frame fits a fastbox,
+    /// its express form; keeps it and returns its index.
+    fn learn(&self, x: &mut Exec, key: Option<CallKey>, coll: Coll, fp: Fingerprint) -> usize {
+        let Exec { links, driver, known, plan_scratch, .. } = x;
+        let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: fp.dtype.size() };
+        let mut plan = ringleader_transport::Plan::default();
+        let prep = algo::schedule(coll, sh, self.algo, &mut plan, plan_scratch);
+        let express = driver.express(links, &plan, fp.words());
+        known.insert(Known { key, coll, fp, words: fp.words(), prep, plan, express })
+    }
+
+    /// Queues claimed operation `req` (numbered `seq`) behind the one that
+    /// was queued meanwhile (see [`crate::sched::Sched::number`]), gives
+    /// the claim up, and waits for it.
+    #[cold]
+    fn queue_behind(&self, req: &Submission, words: [u64; 2], seq: u64) -> Result<()> {
+        let _call = self.enter_anyway();
+        let record = self.fr.record_at(req.fp, seq, 0, req.site);
+        let mut job = self.job(req, words, seq, record, None);
+        let done = Completion::new(self.poll);
+        job.done = Some(done.clone());
+        match self.sched.queue_claimed(job) {
+            Ok(released) if released.closed => self.calls_may_be_done(),
+            Ok(_) => {}
+            Err(job) => {
+                self.cancel(job);
+                self.calls_may_be_done();
+            }
+        }
+        self.wait_bounded(&done)
+    }
+
+    /// Fails `job`, which will never run: the communicator was destroyed.
+    fn cancel(&self, job: Job) {
+        let e = Error::aborted(format!("the communicator was destroyed before {} #{} ran", job.fp.op, job.seq));
+        self.fr.failed(job.record, &e.to_string(), Vec::new());
+        if let Some(d) = &job.done {
+            d.complete(Err(e));
         }
     }
 
@@ -457,37 +643,19 @@ impl Shared {
 
     /// The engine thread's loop.
     pub(crate) fn engine_loop(self: Arc<Self>) {
-        // Set once an operation ran: the loop polls for the next one a
-        // while before it sleeps (see `work::POLL`).
+        // Set once an operation ran: the next wait polls a while before it
+        // sleeps (see `work::POLL`).
         let mut ran: Option<Instant> = None;
-        loop {
-            let job = {
-                let mut s = self.sched.lock();
-                loop {
-                    if !s.busy {
-                        if let Some(j) = s.queue.pop_front() {
-                            s.busy = true;
-                            self.queued.store(s.queue.len(), Ordering::Release);
-                            break j;
-                        }
-                    }
-                    if s.shutdown && s.queue.is_empty() {
-                        return;
-                    }
-                    if let Some(t) = ran.take().filter(|_| !self.poll.is_zero()) {
-                        parking_lot::MutexGuard::unlocked(&mut s, || {
-                            crate::work::poll_until(t, self.poll, || self.queued.load(Ordering::Acquire) > 0)
-                        });
-                        continue;
-                    }
-                    self.sched_cv.wait(&mut s);
-                }
-            };
-            let r = self.execute(&job);
+        while let Some(job) = self.sched.next(self.poll, ran) {
+            // SAFETY: `next` claimed for this job; released below, after
+            // this use.
+            #[allow(unsafe_code)]
+            let r = self.execute(&job, unsafe { self.held() });
+            // Released first: the waiter's next call may then run inline.
+            self.release_claim();
             if let Some(d) = &job.done {
                 d.complete(r);
             }
-            self.finish_inline();
             ran = Some(Instant::now());
         }
     }
@@ -496,14 +664,21 @@ impl Shared {
     /// thread it happened on, made into the communicator's failure the way
     /// any failure is (abort, job-wide abort record, verdict).
     fn panicked(&self, job: &Job, payload: &(dyn std::any::Any + Send)) -> Error {
-        let thread = std::thread::current();
-        let place = format!("thread '{}'", thread.name().unwrap_or("unnamed"));
-        let e = Error::from_panic(payload, &place, self.rank, Some((job.fp.op, job.seq)));
+        let e = self.panic_error(payload, job.fp.op, job.seq);
         self.write_record(job);
         let r = self.fail_internal(job.record, e);
         // This thread runs the collectives: the only one that says which.
         self.current.set(None);
         r
+    }
+
+    /// The `internal` error of a panic (its `payload`) on this thread while
+    /// operation `op` #`seq` ran.
+    #[cold]
+    fn panic_error(&self, payload: &(dyn std::any::Any + Send), op: ringleader_core::OpKind, seq: u64) -> Error {
+        let thread = std::thread::current();
+        let place = format!("thread '{}'", thread.name().unwrap_or("unnamed"));
+        Error::from_panic(payload, &place, self.rank, Some((op, seq)))
     }
 
     /// Makes `e` (an internal error of the operation recorded as `record`)
@@ -524,27 +699,24 @@ impl Shared {
     /// Stops the engine: queued operations fail, the running one (if any)
     /// is aborted. Returns whether one was running.
     pub(crate) fn shutdown(&self) -> bool {
-        let mut s = self.sched.lock();
-        s.shutdown = true;
-        self.queued.store(0, Ordering::Release);
-        for job in s.queue.drain(..) {
-            let e = Error::aborted(format!("the communicator was destroyed before {} #{} ran", job.fp.op, job.seq));
-            self.fr.failed(job.record, &e.to_string(), Vec::new());
-            if let Some(d) = &job.done {
-                d.complete(Err(e));
-            }
+        let (jobs, busy) = self.sched.close();
+        for job in jobs {
+            self.cancel(job);
         }
-        self.sched_cv.notify_all();
-        s.busy
+        busy
     }
 
     /// Runs one operation and records how it ended. A panic on the way
     /// (here, in the algorithm, in the transport) ends it with an
     /// `internal` error and aborts the communicator.
-    fn execute(&self, job: &Job) -> Result<()> {
-        match catch_unwind(AssertUnwindSafe(|| self.execute_inner(job))) {
+    fn execute(&self, job: &Job, x: &mut Exec) -> Result<()> {
+        match catch_unwind(AssertUnwindSafe(|| self.execute_inner(job, x))) {
             Ok(r) => r,
-            Err(payload) => Err(self.panicked(job, payload.as_ref())),
+            Err(payload) => {
+                // Whatever was being worked out may be half made.
+                x.known.clear();
+                Err(self.panicked(job, payload.as_ref()))
+            }
         }
     }
 
@@ -557,7 +729,7 @@ impl Shared {
         }
     }
 
-    fn execute_inner(&self, job: &Job) -> Result<()> {
+    fn execute_inner(&self, job: &Job, x: &mut Exec) -> Result<()> {
         if !matches!(job.task, Task::Coll(_)) {
             // Only a collective's run writes it under way.
             self.write_record(job);
@@ -577,7 +749,7 @@ impl Shared {
         // must show that it reached this collective, and with which call.
         let r = match (self.abort.reason(), job.task) {
             (Some(reason), _) => Err(reason),
-            (None, Task::Coll(c)) => self.run_coll(job, c),
+            (None, Task::Coll(c)) => self.run_coll(job, c, x),
             (None, Task::MonitoredBarrier { timeout, wait_all }) => self.monitored_barrier(job, timeout, wait_all),
         };
         self.write_record(job);
@@ -600,54 +772,24 @@ impl Shared {
         r
     }
 
-    fn run_coll(&self, job: &Job, coll: Coll) -> Result<()> {
-        let mut x = self.exec.lock();
-        let Exec { links, driver, plan, planned, plan_scratch, scratch } = &mut *x;
-        let dtype = job.fp.dtype;
-        let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: dtype.size() };
-        let key = job.words;
-        let prep = match planned {
-            Some((planned_key, prep)) if *planned_key == key => *prep,
-            _ => {
-                // Forgotten first: a build that panics leaves no stale key.
-                *planned = None;
-                let prep = algo::schedule(coll, sh, self.algo, plan, plan_scratch);
-                *planned = Some((key, prep));
-                prep
-            }
+    fn run_coll(&self, job: &Job, coll: Coll, x: &mut Exec) -> Result<()> {
+        let i = match job.known {
+            Some(i) => i,
+            None => match job.key.and_then(|key| x.known.find(key)) {
+                Some(i) => i,
+                None => self.learn(x, job.key, coll, job.fp),
+            },
         };
-        let words = prep.scratch_bytes.div_ceil(8);
-        if scratch.len() < words {
-            scratch.resize(words, 0);
-        }
-        let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
-        // SAFETY: the submitter keeps both buffers alive and unaliased (the
-        // input may be shared, hence read only) until this job completes,
-        // which happens after this function returns.
-        #[allow(unsafe_code)]
-        let (io, out) = unsafe { (job.io.buf(job.io_ro), job.out.buf(false)) };
-        let mut bufs = [io, out, Buf::Rw(&mut scratch[..prep.scratch_bytes])];
-        if let Some((from, to)) = prep.copy {
-            copy_region(&mut bufs, from, to);
-        }
+        let Exec { links, driver, known, scratch, .. } = x;
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
         // Counted from the run's first sleep: the watchdog bounds the
         // operation by its timeout; this is the backstop should it not.
         let deadline = Deadline::AfterFirstSleep(job.timeout + watchdog::BACKSTOP);
-        let inline = job.done.is_none();
         let write = || self.write_record(job);
         let watch = Watch { abort: &self.abort, deadline, awaited: &self.awaited, under_way: Some(&write) };
-        driver.run(links, &mut bufs, plan, &op, &watch)?;
-        if inline && job.fp.count.saturating_mul(dtype.size() as u64) <= AT_ONCE_MAX {
+        run_plan(self.world, driver, links, scratch, known.get(i), (job.io, job.io_ro, job.out), &op, &watch)?;
+        if job.done.is_none() && job.fp.count.saturating_mul(job.fp.dtype.size() as u64) <= AT_ONCE_MAX {
             job.ran.set(driver.spun());
-        }
-        if let Some(f) = prep.fold {
-            fold(&mut bufs, &f, dtype, job.fp.reduce_op.unwrap_or(ReduceOp::Sum));
-        }
-        if let Some(a) = prep.avg {
-            if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
-                finish_avg(dtype, &mut b[a.off..a.off + a.len], self.world);
-            }
         }
         Ok(())
     }
@@ -723,6 +865,52 @@ impl crate::p2p::Host for Shared {
     fn internal_verdict(&self, record: u64, e: Error) -> Error {
         self.fail_internal(record, e)
     }
+}
+
+/// Runs kept call `k` over its buffers `(io, io read only, out)` and the
+/// scratch: the copy before its plan, the plan (as an express run where it
+/// has the form), and the fold and the average after it.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn run_plan(
+    world: usize,
+    driver: &mut Driver,
+    links: &mut [Vec<AnyLink>],
+    scratch: &mut Vec<u64>,
+    k: &Known,
+    (io, io_ro, out): (RawBuf, bool, RawBuf),
+    op: &OpInfo,
+    watch: &Watch<'_>,
+) -> Result<()> {
+    let prep = &k.prep;
+    let words = prep.scratch_bytes.div_ceil(8);
+    if scratch.len() < words {
+        scratch.resize(words, 0);
+    }
+    let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
+    // SAFETY: the submitter keeps both buffers alive and unaliased (the
+    // input may be shared, hence read only) until its operation completes,
+    // which happens after this function returns.
+    #[allow(unsafe_code)]
+    let (io, out) = unsafe { (io.buf(io_ro), out.buf(false)) };
+    let mut bufs = [io, out, Buf::Rw(&mut scratch[..prep.scratch_bytes])];
+    if let Some((from, to)) = prep.copy {
+        copy_region(&mut bufs, from, to);
+    }
+    match &k.express {
+        Some(e) => driver.run_express(links, &mut bufs, &k.plan, e, op, watch)?,
+        None => driver.run(links, &mut bufs, &k.plan, op, watch)?,
+    }
+    let dtype = k.fp.dtype;
+    if let Some(f) = prep.fold {
+        fold(&mut bufs, &f, dtype, k.fp.reduce_op.unwrap_or(ReduceOp::Sum));
+    }
+    if let Some(a) = prep.avg {
+        if let Buf::Rw(b) = &mut bufs[a.buf as usize] {
+            finish_avg(dtype, &mut b[a.off..a.off + a.len], world);
+        }
+    }
+    Ok(())
 }
 
 /// A flat reduction's last step ([`algo::flat::Fold`]): the operands in

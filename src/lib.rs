@@ -19,9 +19,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout: [`algo`](crate) builds each collective's schedule as a plan (pure,
-//! simulated in tests); the engine runs plans in submission order through
-//! the transport's driver; the monitor, failure and monitored-barrier
+//! Layout: `call.rs` checks and describes a call; [`algo`](crate) builds
+//! each collective's schedule as a plan (pure, simulated in tests); the
+//! engine runs plans in submission order through the transport's driver,
+//! on the caller's thread when the communicator is idle (`sched.rs` says
+//! who runs what, in which order), and keeps what it worked out for each
+//! call shape (`known.rs`), so that a repeated small collective runs as a
+//! compiled straight line of fastbox frames (the driver's express runs);
+//! the monitor, failure and monitored-barrier
 //! modules turn trouble into verdicts, and [`stacks`] captures where the
 //! process's threads are when the job fails (the verdict shows a
 //! culprit's own line from it).
@@ -47,6 +52,7 @@
 mod agreement;
 mod algo;
 mod arrivals;
+mod call;
 mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -54,6 +60,7 @@ mod dumps;
 mod engine;
 mod failure;
 mod heartbeat;
+mod known;
 mod log;
 mod monitor;
 mod monitored;
@@ -64,12 +71,14 @@ mod rawbuf;
 mod rdma;
 mod rendezvous;
 mod running;
+mod sched;
 pub mod stacks;
 mod sticky;
 mod watchdog;
 mod work;
 
-pub use comm::{Call, Communicator, RawOp};
+pub use call::{Call, RawOp};
+pub use comm::Communicator;
 pub use half::{bf16, f16};
 pub use ringleader_core::{
     AlgoChoice, Config, DType, Diagnosis, Element, Error, ErrorKind, OpKind, Rank, ReduceOp, Result, TransportKind,

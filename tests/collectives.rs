@@ -202,6 +202,74 @@ fn async_scenario() -> i32 {
     i32::from(!ok)
 }
 
+/// Two threads of each rank call into one communicator at once, one
+/// blocking (inline when the communicator is idle) and one queueing
+/// background calls, so that inline claims, queued operations and claims
+/// that find an operation queued meanwhile race (see `sched.rs`). Every
+/// call has the same shape, so ranks may pair them in any order; each must
+/// complete with the right sum, numbered without a gap.
+fn threads_scenario() -> i32 {
+    const CALLS: usize = 3000;
+    let c = std::sync::Arc::new(Communicator::from_env().expect("init"));
+    let n = c.world_size() as f32;
+    let blocking = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let mut wrong = 0;
+            let unused = [0u8; 16];
+            for i in 0..CALLS {
+                let mut x = [1.0f32; 2];
+                // The same all_reduce as the other thread's, but described
+                // anew each time: an all_reduce reads no input, yet its
+                // input count is part of the call's shape, and 12 shapes
+                // in turn outnumber those the engine keeps. Working one
+                // out takes a while after the claim, which widens the
+                // window for the other thread to queue before this call
+                // is numbered.
+                let call = ringleader::Call {
+                    op: ringleader::RawOp::AllReduce { op: ReduceOp::Sum },
+                    dtype: ringleader::DType::F32,
+                    input: unused.as_ptr(),
+                    input_count: 1 + i % 12,
+                    output: x.as_mut_ptr().cast(),
+                    output_count: 2,
+                    site: None,
+                };
+                // SAFETY: `x` is valid for the call's 2 elements, `unused`
+                // (never read) for 16 bytes, and neither is touched
+                // elsewhere while the call runs.
+                #[allow(unsafe_code)]
+                unsafe { c.call_raw(call) }.unwrap();
+                wrong += usize::from(x != [n; 2]);
+            }
+            wrong
+        })
+    };
+    let mut wrong = 0;
+    let mut left = CALLS;
+    while left > 0 {
+        // One or two in flight at a time.
+        let k = 1 + left % 2;
+        let works: Vec<_> =
+            (0..k.min(left)).map(|_| c.all_reduce_async(vec![1.0f32; 2], ReduceOp::Sum).unwrap()).collect();
+        left -= works.len();
+        for w in works {
+            wrong += usize::from(w.into_inner().unwrap() != vec![n; 2]);
+        }
+    }
+    wrong += blocking.join().unwrap();
+    // Every number once, none skipped, up to the last. (Records of calls
+    // the two threads submit at the same moment may swap places in the
+    // recorder: it lists them in the order they were recorded.)
+    let mut seqs: Vec<u64> = c.flight_recorder().iter().map(|e| e.collective_seq_id).collect();
+    seqs.sort_unstable();
+    let contiguous = seqs.windows(2).all(|w| w[1] == w[0] + 1) && seqs.last() == Some(&(2 * CALLS as u64));
+    println!("THREADS wrong={wrong} contiguous={contiguous}");
+    let c = std::sync::Arc::into_inner(c).expect("the threads are done");
+    c.destroy().unwrap();
+    i32::from(wrong > 0 || !contiguous)
+}
+
 /// Entry point of worker processes (a no-op in a normal test run).
 #[test]
 fn worker() {
@@ -210,6 +278,7 @@ fn worker() {
         "matrix_small" => matrix(&[0, 1, 7, 1000]),
         "matrix_large" => matrix(&[(1 << 20) + 3]),
         "async" => async_scenario(),
+        "threads" => threads_scenario(),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -310,6 +379,17 @@ fn shm_files() -> Vec<String> {
 fn async_operations_complete_in_order() {
     let outs = run(JobSpec::new(3, "async").limit(60));
     assert_all_ok(&outs);
+}
+
+#[test]
+fn threads_racing_blocking_and_background_calls_complete_in_one_order() {
+    for transport in ["shm", "tcp"] {
+        let outs = run(JobSpec::new(2, "threads").env("RINGLEADER_TRANSPORT", transport).limit(120));
+        assert_all_ok(&outs);
+        for o in &outs {
+            assert_eq!(o.lines("THREADS"), vec!["wrong=0 contiguous=true".to_string()], "{}", o.stderr);
+        }
+    }
 }
 
 #[test]

@@ -14,7 +14,8 @@
 use super::errors::{cuda_error, missing_library};
 use super::kernels::{kernel_source, launch_dims};
 use super::schedule::{chunks, pipeline, reduce_site, staging_bytes, ReduceSite, Step, CHUNK_BYTES};
-use crate::comm::{Call, Communicator, RawOp};
+use crate::call::{Call, RawOp};
+use crate::comm::Communicator;
 use cudarc::driver::{result, sys};
 use parking_lot::Mutex;
 use ringleader_core::{DType, Error, OpKind, Result};

@@ -28,7 +28,8 @@ pub mod schedule;
 
 pub use device::{driver, nvrtc_present, DeviceCall};
 
-use crate::comm::{Communicator, RawOp};
+use crate::call::RawOp;
+use crate::comm::Communicator;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use ringleader_core::{Element, Rank, ReduceOp, Result};
 

@@ -140,6 +140,8 @@ pub struct FlightRecorder {
     /// A power of two of slots (at least the capacity asked for), so that
     /// finding an id's slot is a mask, not a division.
     slots: Box<[Slot]>,
+    /// `slots.len() - 1` (0 with no slots): an id's slot is `id & mask`.
+    mask: u64,
     /// How many entries a reader gets: the capacity asked for.
     capacity: usize,
     next_id: AtomicU64,
@@ -272,24 +274,25 @@ fn prefetch(slot: &Slot) {
 }
 
 impl Slot {
-    /// Fills the slot with a new record, whose fingerprint is `words`
-    /// ([`Fingerprint::words`] of `r.fp`). Only the thread that numbered
-    /// the record writes it, so plain stores bracket the fields.
+    /// Fills the slot with record `id`: operation `seq` (the collective or
+    /// send/recv number), fingerprint `words` ([`Fingerprint::words`]),
+    /// its stamps and call site. Only the thread that numbered the record
+    /// writes it, so plain stores bracket the fields.
     #[inline]
-    fn write(&self, r: &Record, words: [u64; 2]) {
+    fn write(&self, id: u64, seq: u64, words: [u64; 2], created: u64, started: u64, site: Option<CallSite>) {
         // Any odd value marks the slot as being written; this one needs no
         // load of the slot's old version first.
-        self.version.store(2 * r.id + 1, Ordering::Relaxed);
+        self.version.store(2 * id + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         let [w0, w1] = words;
-        self.seq.store(r.seq, Ordering::Relaxed);
+        self.seq.store(seq, Ordering::Relaxed);
         self.fp[0].store(w0, Ordering::Relaxed);
         self.fp[1].store(w1, Ordering::Relaxed);
-        self.created.store(r.created, Ordering::Relaxed);
-        self.started.store(r.started, Ordering::Relaxed);
+        self.created.store(created, Ordering::Relaxed);
+        self.started.store(started, Ordering::Relaxed);
         self.done.store(0, Ordering::Relaxed);
-        self.site.store(pack_site(r.site), Ordering::Relaxed);
-        self.version.store(2 * (r.id + 1), Ordering::Release);
+        self.site.store(pack_site(site), Ordering::Relaxed);
+        self.version.store(2 * (id + 1), Ordering::Release);
     }
 
     /// A consistent copy of the record, if the slot holds one and it held
@@ -391,11 +394,13 @@ impl FlightRecorder {
     /// counters; at most [`MAX_FR_SIZE`]), stamping `timeout_ms` on each.
     pub fn new(capacity: usize, timeout_ms: u64) -> FlightRecorder {
         let capacity = capacity.min(MAX_FR_SIZE);
+        let slots: Box<[Slot]> = match capacity {
+            0 => Box::default(),
+            n => (0..n.next_power_of_two()).map(|_| Slot::default()).collect(),
+        };
         FlightRecorder {
-            slots: match capacity {
-                0 => Box::default(),
-                n => (0..n.next_power_of_two()).map(|_| Slot::default()).collect(),
-            },
+            mask: (slots.len() as u64).saturating_sub(1),
+            slots,
             capacity,
             next_id: AtomicU64::new(0),
             failures: Mutex::new(VecDeque::new()),
@@ -461,7 +466,8 @@ impl FlightRecorder {
     /// [`begin_started`](Self::begin_started).
     #[inline]
     pub fn write_started(&self, id: u64, s: Started) {
-        self.write(id, s.fp, s.words, s.seq, s.p2p_seq, Some(s.at), s.site);
+        let seq = if s.fp.op.is_p2p() { s.p2p_seq } else { s.seq };
+        self.put(id, seq, s.words, s.at, s.at, s.site);
     }
 
     /// Collectives of one communicator start and end one at a time (the
@@ -486,35 +492,26 @@ impl FlightRecorder {
 
     #[inline]
     fn slot(&self, id: u64) -> Option<&Slot> {
-        match self.slots.len() {
-            0 => None,
-            n => self.slots.get((id & (n as u64 - 1)) as usize),
-        }
+        // (With no slots, `get` on the empty slice is `None`.)
+        self.slots.get((id & self.mask) as usize)
     }
 
     fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.write(id, fp, fp.words(), seq, p2p_seq, started, site);
+        let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
+        match started {
+            Some(t) => self.put(id, seq, fp.words(), t, t, site),
+            None => self.put(id, seq, fp.words(), clock::now(), 0, site),
+        }
         id
     }
 
+    /// Writes record `id` into its slot (see [`Slot::write`]), and brings
+    /// the next slot's line into the cache for the next record.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &self,
-        id: u64,
-        fp: Fingerprint,
-        words: [u64; 2],
-        seq: u64,
-        p2p_seq: u64,
-        started: Option<u64>,
-        site: Option<CallSite>,
-    ) {
+    fn put(&self, id: u64, seq: u64, words: [u64; 2], created: u64, started: u64, site: Option<CallSite>) {
         if let Some(slot) = self.slot(id) {
-            let created = started.unwrap_or_else(clock::now);
-            let started = started.unwrap_or(0);
-            let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
-            slot.write(&Record { id, seq, fp, created, started, done: 0, failed: false, site }, words);
+            slot.write(id, seq, words, created, started, site);
             if let Some(next) = self.slot(id + 1) {
                 prefetch(next);
             }
@@ -555,7 +552,10 @@ impl FlightRecorder {
         let p = &self.progress;
         if seq > 0 {
             Self::raise(&p.last_completed, seq);
-            Self::raise(&p.last_completed_record, id + 1);
+            // Collectives complete in sequence order, but their records
+            // need not be numbered in it: two threads submitting at once
+            // may record in the other order (see `FlightRecorder::entries`).
+            p.last_completed_record.store(id + 1, Ordering::Relaxed);
         }
         p.running.store(0, Ordering::Release);
         if let Some(slot) = self.slot(id) {
@@ -588,7 +588,12 @@ impl FlightRecorder {
         slot.finish(id, clock::now(), true);
     }
 
-    /// The entries, oldest first.
+    /// The entries, oldest first: in the order they were recorded, which
+    /// for collectives is their sequence numbers' order, except between
+    /// calls that two threads submit at the same moment (one numbers its
+    /// call, the other numbers and records its own, then the first
+    /// records): their records may swap places. They still run, and
+    /// their sequence numbers still count, in order.
     pub fn entries(&self) -> Vec<Entry> {
         let mut v: Vec<Record> = self.slots.iter().filter_map(Slot::read).collect();
         v.sort_by_key(|r| r.id);

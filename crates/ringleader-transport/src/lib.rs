@@ -75,7 +75,7 @@ pub mod shm;
 pub mod stream_copy;
 pub mod tcp;
 
-pub use driver::{Deadline, Driver, Idle, Watch};
+pub use driver::{Deadline, Driver, Express, Idle, Watch};
 pub use link::{AnyLink, Link};
 pub use plan::{Buf, Chan, OpInfo, Plan, RecvMode, Region};
 pub use tcp::{DataListener, ListenOptions, Mesh, MeshOptions};

@@ -15,7 +15,8 @@
 //!   (TCP with `vmsplice`);
 //! - [`Fastbox`]: a small frame can travel whole in a fastbox beside the
 //!   stream, in its place in the stream's order (shared memory: a cell of
-//!   a cache line or two that the receiver polls).
+//!   a cache line or two that the receiver polls; a plain type, not a
+//!   trait, since a small frame cannot afford more indirect calls).
 //!
 //! An algorithm sees none of this: it plans "send these bytes to rank r,
 //! receive into this range from rank s" ([`crate::plan`]), the seam gloo
@@ -114,46 +115,31 @@ pub trait Link: Send + fmt::Debug {
         None
     }
 
-    /// Capability: small frames whole in a fastbox.
-    fn fastbox(&mut self) -> Option<&mut dyn Fastbox> {
+    /// Capability: small frames whole in a fastbox beside the stream
+    /// (see [`Fastbox`]).
+    fn fastbox(&mut self) -> Option<&mut Fastbox> {
         None
     }
 }
+
+/// Small frames whole in a fastbox beside the stream: the header's fields
+/// and the payload written in one go where the receiver polls, so that a
+/// frame costs the transfer of the cache lines it fills rather than a
+/// ring's positions, header and payload. Shared memory has them (cells of
+/// a cache line or more beside each ring, see [`crate::shm`]); the type is
+/// that transport's, so that a small frame costs one indirect call (to
+/// [`Link::fastbox`]) and no more.
+///
+/// A fastbox frame keeps its place in the stream's order: it follows
+/// everything written to the stream before it, and the stream's reads stop
+/// where it sits until it is taken. Both directions are used between
+/// frames only (never with a frame half written or half read).
+pub use crate::shm::Fastbox;
 
 /// The largest payload a fastbox frame of any transport carries: a
 /// small collective's whole message at the sizes where a frame's fixed
 /// costs outweigh moving its bytes.
 pub const FASTBOX_MAX: usize = 4112;
-
-/// Small frames whole in a fastbox beside the stream: the header's fields
-/// and the payload written in one go where the receiver polls, so that a
-/// frame costs the transfer of the cache lines it fills rather than a
-/// ring's positions, header and payload (see [`crate::shm`]).
-///
-/// A fastbox frame keeps its place in the stream's order: it follows
-/// everything written to the stream before it, and the stream's reads stop
-/// where it sits until it is taken. Both calls are made between frames only
-/// (never with a frame half written or half read).
-pub trait Fastbox {
-    /// The largest payload a fastbox frame carries here (at most
-    /// [`FASTBOX_MAX`]).
-    fn capacity(&self) -> usize;
-
-    /// Sends a data frame, `head` and `payload`, in a fastbox; `Ok(false)`
-    /// when none is free or it does not fit (then it goes through the
-    /// stream).
-    fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> io::Result<bool>;
-
-    /// The next frame if it lies in a fastbox: its header fields and its
-    /// payload, where it lies (`None` when nothing arrived or the next
-    /// frame is in the stream). The fastbox stays the receiver's, and every
-    /// call answers the same frame, until [`Fastbox::release`].
-    fn peek(&mut self) -> io::Result<Option<(BoxHead, &[u8])>>;
-
-    /// Frees the fastbox of the frame [`Fastbox::peek`] handed out, once
-    /// its payload is used (nothing if none is handed out).
-    fn release(&mut self);
-}
 
 /// The header fields of a fastbox frame, as they travel: a data frame's
 /// sequence number, fingerprint (encoded once per operation, not per

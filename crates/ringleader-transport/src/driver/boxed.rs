@@ -38,11 +38,11 @@ const MAX_ITEMS: usize = 64;
 
 /// One send or receive of a boxed plan, as worked out for it.
 #[derive(Debug, Clone, Copy)]
-struct Step {
+pub(super) struct Step {
     /// Its frame tag: its place among its channel's sends (or receives).
-    tag: u32,
+    pub(super) tag: u32,
     /// The send (receive) before it on its channel, which goes first.
-    prev: Option<u32>,
+    pub(super) prev: Option<u32>,
 }
 
 /// What boxed runs need, kept between plans.
@@ -81,6 +81,12 @@ impl Boxed {
         }
     }
 
+    /// Makes `fp`, encoded as `words` by the caller, the run's fingerprint.
+    pub(super) fn set_words(&mut self, fp: ringleader_core::Fingerprint, words: [u64; 2]) {
+        self.fingerprint = words;
+        self.encoded = Some(fp);
+    }
+
     /// Whether `plan` runs here over `links`; works it out on first sight.
     fn qualifies(&mut self, links: &mut Links, plan: &Plan, streams: usize) -> bool {
         let key = (plan.id(), links.as_ptr() as usize, links.len());
@@ -98,7 +104,7 @@ impl Boxed {
 }
 
 /// Whether every frame of `plan` fits a fastbox of its link.
-fn fits(links: &mut Links, plan: &Plan, streams: usize) -> bool {
+pub(super) fn fits(links: &mut Links, plan: &Plan, streams: usize) -> bool {
     if plan.sends.len() > MAX_ITEMS || plan.recvs.len() > MAX_ITEMS || plan.sends.len() + plan.recvs.len() == 0 {
         return false;
     }
@@ -115,7 +121,7 @@ fn fits(links: &mut Links, plan: &Plan, streams: usize) -> bool {
 }
 
 /// The tags and channel order of items on `chans` (in plan order).
-fn steps(chans: impl Iterator<Item = (usize, u16)>) -> Vec<Step> {
+pub(super) fn steps(chans: impl Iterator<Item = (usize, u16)>) -> Vec<Step> {
     let chans: Vec<(usize, u16)> = chans.collect();
     (0..chans.len())
         .map(|i| {
@@ -127,7 +133,7 @@ fn steps(chans: impl Iterator<Item = (usize, u16)>) -> Vec<Step> {
 
 /// Bit `i`.
 #[inline]
-fn bit(i: u32) -> u64 {
+pub(super) fn bit(i: u32) -> u64 {
     1u64 << i
 }
 
@@ -144,7 +150,7 @@ fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
 
 /// The first `n` bits.
 #[inline]
-fn first(n: usize) -> u64 {
+pub(super) fn first(n: usize) -> u64 {
     if n >= 64 {
         u64::MAX
     } else {

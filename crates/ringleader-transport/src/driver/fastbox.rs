@@ -13,7 +13,7 @@ use ringleader_core::{Error, Rank, Result};
 /// Sends frame `tag`, carrying `data`, to `peer` in the link's fastbox if
 /// it has one free; `false`: it goes through the stream. `fingerprint`:
 /// `op`'s, encoded once for the run ([`ringleader_core::Fingerprint::words`]).
-#[inline]
+#[inline(always)]
 pub(super) fn send(
     link: &mut dyn Link,
     peer: Rank,
@@ -35,7 +35,7 @@ pub(super) fn send(
 /// Receives `item`, frame `tag`, if it lies in the link's fastbox: checks
 /// its header and lands its payload from where it lies. `false`: the frame
 /// is in the stream, or has not arrived.
-#[inline]
+#[inline(always)]
 pub(super) fn recv(
     link: &mut dyn Link,
     bufs: &mut [Buf<'_>],

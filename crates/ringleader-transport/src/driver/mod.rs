@@ -29,6 +29,8 @@
 //! - `boxed.rs`: plans whose every frame fits a fastbox, run without the
 //!   per-channel machinery (handing over to the scheduler when they must
 //!   wait long or a frame takes the stream);
+//! - `express.rs`: such plans compiled once into a straight line of
+//!   sends and receives ([`Express`]), for a caller that repeats a call;
 //! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
 //! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
 //!   thread: one point-to-point frame moved a piece at a time
@@ -43,6 +45,7 @@
 
 mod boxed;
 mod chan;
+mod express;
 mod fastbox;
 mod frame_io;
 pub mod lane;
@@ -56,6 +59,7 @@ pub mod wait;
 #[cfg(test)]
 mod tests;
 
+pub use express::Express;
 pub use frame_io::say_goodbye;
 pub use wait::Idle;
 use wait::IdleSpan;
@@ -276,13 +280,19 @@ impl Driver {
                 self.drive(links, bufs, plan, op, watch, streams)
             }
         };
+        self.finish(links, streams, watch, result)
+    }
+
+    /// What ends every run that used the general loop: its channels
+    /// closed for the next plan, and, on success, no peer published as
+    /// awaited any more (on failure they stay: they are evidence).
+    fn finish(&mut self, links: &mut Links, streams: usize, watch: &Watch<'_>, result: Result<()>) -> Result<()> {
         for &ci in &self.active {
             let c = &mut self.chans[ci];
             c.st.active = false;
             // We may fail while the peer still copies from our buffers.
             single_copy::abandon(c, &*links[ci / streams][ci % streams]);
         }
-        // On failure the awaited peers stay published: they are evidence.
         if result.is_ok() && !self.published.is_empty() {
             watch.awaited.replace(&self.published, &[]);
             self.published.clear();

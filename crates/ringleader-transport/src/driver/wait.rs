@@ -116,6 +116,12 @@ impl IdleSpan {
     pub(super) fn lasted(&self) -> Duration {
         self.lasted
     }
+
+    /// Whether the stretch has begun (its first pass read the clock).
+    #[inline]
+    pub(super) fn began(&self) -> bool {
+        self.since.is_some()
+    }
 }
 
 /// What one idle pass did.

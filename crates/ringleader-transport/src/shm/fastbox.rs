@@ -23,42 +23,78 @@
 //! Everything read from a cell is bounded before use (the peer may be
 //! buggy): the length against the cell, the position against the ring.
 
-use super::link::{corrupt, ShmLink};
-use super::segment::{ring_bell, Cell, BOX_PAYLOAD, CELLS};
+use super::segment::{corrupt, ring_bell, BoxLines, Cell, BOX_PAYLOAD, CELLS};
 use super::RING_BYTES;
-use crate::link::{BoxHead, Fastbox, FASTBOX_MAX};
+use crate::link::{BoxHead, FASTBOX_MAX};
+use ringleader_core::Rank;
 use std::sync::atomic::Ordering;
 
 const _: () = assert!(BOX_PAYLOAD <= FASTBOX_MAX);
 
 /// The cell fastbox frame `count` (1, 2, ...) of a ring occupies.
+#[inline]
 fn index(count: u64) -> usize {
     ((count - 1) % CELLS as u64) as usize
 }
 
-impl ShmLink {
-    /// Writes a data frame into the next free cell of the outgoing ring;
-    /// `Ok(false)` when none is free or it does not fit.
-    pub fn box_send(&mut self, head: &BoxHead, payload: &[u8]) -> std::io::Result<bool> {
+/// A link's fastboxes, both ways: the cells of its outgoing ring (in the
+/// peer's segment) it writes, and those of its incoming ring (in ours) it
+/// reads (see the module docs). The driver reaches it through
+/// [`crate::Link::fastbox`]; it is a plain type, not a trait object, so a
+/// small frame costs no indirect call beyond that one.
+pub struct Fastbox {
+    lines: BoxLines,
+    peer: Rank,
+    /// Fastbox frames written...
+    sent: u64,
+    /// ...of which the peer had taken this many when last asked...
+    taken: u64,
+    /// ...and fastbox frames read.
+    read: u64,
+    /// Whether the next frame's cell was handed out by `peek` and is not
+    /// released yet.
+    peeked: bool,
+}
+
+impl std::fmt::Debug for Fastbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fastbox").field("peer", &self.peer).field("sent", &self.sent).field("read", &self.read).finish()
+    }
+}
+
+impl Fastbox {
+    pub(super) fn new(lines: BoxLines, peer: Rank) -> Fastbox {
+        Fastbox { lines, peer, sent: 0, taken: 0, read: 0, peeked: false }
+    }
+
+    /// The largest payload a fastbox frame carries (at most
+    /// [`FASTBOX_MAX`]).
+    pub fn capacity(&self) -> usize {
+        BOX_PAYLOAD
+    }
+
+    /// Sends a data frame, `head` and `payload`, in the next free cell of
+    /// the outgoing ring; `Ok(false)` when none is free or it does not fit
+    /// (then it goes through the stream).
+    #[inline]
+    pub fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> std::io::Result<bool> {
         if payload.len() > BOX_PAYLOAD {
             return Ok(false);
         }
-        let next = self.box_sent + 1;
-        // Borrows the domain field alone, so the counters below stay free.
-        let m = self.domain.peers[self.peer].as_ref().expect("peer mapped");
-        let h = m.ring_header(self.tx);
-        if next - self.box_taken > CELLS as u64 {
+        let next = self.sent + 1;
+        let h = self.lines.tx();
+        if next - self.taken > CELLS as u64 {
             // Pairs with the reader's release: it has copied the cell out.
             let taken = h.box_read.load(Ordering::Acquire);
-            if taken > self.box_sent || taken < self.box_taken {
+            if taken > self.sent || taken < self.taken {
                 return Err(corrupt(self.peer));
             }
-            self.box_taken = taken;
+            self.taken = taken;
             if next - taken > CELLS as u64 {
                 return Ok(false);
             }
         }
-        let cell = m.cell(self.rings, self.tx, index(next));
+        let cell = self.lines.tx_cell(index(next));
         // Every ring byte written so far precedes this frame.
         cell.pos.store(h.head.load(Ordering::Relaxed), Ordering::Relaxed);
         cell.seq.store(head.seq, Ordering::Relaxed);
@@ -77,16 +113,17 @@ impl ShmLink {
         }
         // Publishes the fields above to a reader that sees the stamp.
         cell.stamp.store(next, Ordering::Release);
-        self.box_sent = next;
-        ring_bell(m.doorbell());
+        self.sent = next;
+        ring_bell(self.lines.bell());
         Ok(true)
     }
 
     /// The incoming cell of the next fastbox frame, if it holds it, with
     /// its ring position (checked: at or past our reads, within a ring).
-    fn next_box(&self, tail: u64) -> std::io::Result<Option<(&Cell, u64)>> {
-        let next = self.box_read + 1;
-        let cell = self.domain.own.cell(self.rings, self.rx, index(next));
+    #[inline]
+    fn next(&self, tail: u64) -> std::io::Result<Option<(&Cell, u64)>> {
+        let next = self.read + 1;
+        let cell = self.lines.rx_cell(index(next));
         // Pairs with the writer's release of the stamp.
         if cell.stamp.load(Ordering::Acquire) != next {
             return Ok(None);
@@ -102,23 +139,24 @@ impl ShmLink {
     /// frame that waits in the ring's order (`None`: no limit). Called after
     /// loading the ring's head, so a cell written before the bytes seen
     /// there is seen too.
-    pub(super) fn box_limit(&self, tail: u64) -> std::io::Result<Option<u64>> {
-        Ok(self.next_box(tail)?.map(|(_, pos)| pos.wrapping_sub(tail)))
+    pub(super) fn limit(&self, tail: u64) -> std::io::Result<Option<u64>> {
+        Ok(self.next(tail)?.map(|(_, pos)| pos.wrapping_sub(tail)))
     }
 
     /// Whether the next frame is in a cell (rather than in the ring).
-    pub(super) fn box_ready(&self) -> bool {
-        let tail = self.domain.own.ring_header(self.rx).tail.load(Ordering::Relaxed);
-        matches!(self.next_box(tail), Ok(Some((_, pos))) if pos == tail)
+    pub(super) fn ready(&self) -> bool {
+        let tail = self.lines.rx().tail.load(Ordering::Relaxed);
+        matches!(self.next(tail), Ok(Some((_, pos))) if pos == tail)
     }
 
     /// The next frame if it is in a cell (every ring byte before it has
     /// been read): its header fields and its payload, where it lies. The
-    /// cell stays this rank's until [`ShmLink::box_release`]; until then
-    /// every call answers the same frame.
-    pub fn box_peek(&mut self) -> std::io::Result<Option<(BoxHead, &[u8])>> {
-        let tail = self.domain.own.ring_header(self.rx).tail.load(Ordering::Relaxed);
-        let Some((cell, pos)) = self.next_box(tail)? else { return Ok(None) };
+    /// cell stays this rank's until [`Fastbox::release`]; until then every
+    /// call answers the same frame.
+    #[inline]
+    pub fn peek(&mut self) -> std::io::Result<Option<(BoxHead, &[u8])>> {
+        let tail = self.lines.rx().tail.load(Ordering::Relaxed);
+        let Some((cell, pos)) = self.next(tail)? else { return Ok(None) };
         if pos != tail {
             return Ok(None);
         }
@@ -135,91 +173,26 @@ impl ShmLink {
             tag: cell.tag.load(Ordering::Relaxed),
         };
         let at = cell.payload.as_ptr() as *const u8;
-        self.box_peeked = true;
+        self.peeked = true;
         // SAFETY: `len` is within the cell's payload (checked); the writer
         // filled those bytes before the stamp this rank acquired, and
         // leaves them alone until the cell is released, which needs `self`
         // mutably, after the slice's last use (its lifetime is `self`'s
-        // borrow). The mapping lives as long as `self.domain`.
+        // borrow). The mapping lives as long as the link holding this.
         let payload = unsafe { std::slice::from_raw_parts(at, len) };
         Ok(Some((head, payload)))
     }
 
-    /// Frees the cell of the frame [`ShmLink::box_peek`] handed out, once
-    /// its payload is used: the writer may reuse it. Nothing if no frame
-    /// is handed out.
-    pub fn box_release(&mut self) {
-        if !std::mem::take(&mut self.box_peeked) {
+    /// Frees the cell of the frame [`Fastbox::peek`] handed out, once its
+    /// payload is used: the writer may reuse it. Nothing if no frame is
+    /// handed out.
+    #[inline]
+    pub fn release(&mut self) {
+        if !std::mem::take(&mut self.peeked) {
             return;
         }
-        self.box_read += 1;
+        self.read += 1;
         // The cell is copied out: the writer may reuse it.
-        self.domain.own.ring_header(self.rx).box_read.store(self.box_read, Ordering::Release);
-    }
-
-    /// Takes the next frame if it is in a cell: hands its header fields
-    /// and payload, where they lie, to `take`, then frees the cell (the
-    /// tests' way to read a cell; the driver peeks and releases).
-    #[cfg(test)]
-    pub(crate) fn box_recv(&mut self, take: &mut dyn FnMut(&BoxHead, &[u8])) -> std::io::Result<bool> {
-        let Some((head, payload)) = self.box_peek()? else { return Ok(false) };
-        take(&head, payload);
-        self.box_release();
-        Ok(true)
-    }
-}
-
-impl Fastbox for ShmLink {
-    fn capacity(&self) -> usize {
-        BOX_PAYLOAD
-    }
-
-    #[inline]
-    fn try_send(&mut self, head: &BoxHead, payload: &[u8]) -> std::io::Result<bool> {
-        self.box_send(head, payload)
-    }
-
-    #[inline]
-    fn peek(&mut self) -> std::io::Result<Option<(BoxHead, &[u8])>> {
-        self.box_peek()
-    }
-
-    #[inline]
-    fn release(&mut self) {
-        self.box_release()
-    }
-}
-
-/// What a test reads of a link's traffic after handing the link to a
-/// driver: how many bytes its ring and its fastboxes carried out.
-#[cfg(test)]
-pub(crate) struct Traffic {
-    domain: std::sync::Arc<super::domain::Domain>,
-    peer: ringleader_core::Rank,
-    tx: usize,
-}
-
-#[cfg(test)]
-impl Traffic {
-    /// Bytes written to the outgoing ring so far.
-    pub(crate) fn ring_bytes(&self) -> u64 {
-        self.map().ring_header(self.tx).head.load(Ordering::Acquire)
-    }
-
-    /// Fastbox frames the peer has taken so far.
-    pub(crate) fn boxes_taken(&self) -> u64 {
-        self.map().ring_header(self.tx).box_read.load(Ordering::Acquire)
-    }
-
-    fn map(&self) -> &super::segment::Mapping {
-        self.domain.peers[self.peer].as_ref().expect("peer mapped")
-    }
-}
-
-#[cfg(test)]
-impl ShmLink {
-    /// A view of this link's outgoing traffic that outlives lending it.
-    pub(crate) fn traffic(&self) -> Traffic {
-        Traffic { domain: self.domain.clone(), peer: self.peer, tx: self.tx }
+        self.lines.rx().box_read.store(self.read, Ordering::Release);
     }
 }

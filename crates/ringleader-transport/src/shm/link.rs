@@ -3,10 +3,11 @@
 
 use super::cross_memory::read_process;
 use super::domain::Domain;
-use super::segment::{ring_bell, Mapping};
+use super::fastbox::Fastbox;
+use super::segment::{corrupt, ring_bell, BoxLines, Mapping};
 use super::waiter::Waiter;
 use super::{PUBLISH_EVERY, RING_BYTES};
-use crate::link::{Fastbox, Mapped, ReadOutcome, SingleCopy, Wake};
+use crate::link::{Mapped, ReadOutcome, SingleCopy, Wake};
 use ringleader_core::Rank;
 use std::io::IoSlice;
 use std::sync::atomic::{fence, Ordering};
@@ -25,26 +26,14 @@ pub struct ShmLink {
     pub(super) remote_sent: u64,
     /// Single-copy frames read.
     pub(super) remote_read: u64,
-    /// Fastbox frames written (see `fastbox.rs`)...
-    pub(super) box_sent: u64,
-    /// ...of which the peer had taken this many when last asked...
-    pub(super) box_taken: u64,
-    /// ...and fastbox frames read.
-    pub(super) box_read: u64,
-    /// Whether the next frame's cell was handed out by `box_peek` and is
-    /// not released yet.
-    pub(super) box_peeked: bool,
+    /// The fastboxes both ways (see `fastbox.rs`).
+    pub(super) boxes: Fastbox,
 }
 
 impl std::fmt::Debug for ShmLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmLink").field("peer", &self.peer).finish()
     }
-}
-
-/// A ring position that does not make sense: the peer corrupted it.
-pub(super) fn corrupt(peer: Rank) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("rank {peer} left an impossible ring position"))
 }
 
 // Linking lives beside the link it builds, so that the domain (the
@@ -60,19 +49,20 @@ impl Domain {
             if peer == d.rank || d.peers[peer].is_none() {
                 continue;
             }
+            let Some(peer_map) = d.peers[peer].as_ref() else { continue };
             let links = (0..d.streams)
                 .map(|s| ShmLink {
                     domain: d.clone(),
                     peer,
                     rx: d.slot(d.rank, peer, s),
                     tx: d.slot(peer, d.rank, s),
+                    boxes: Fastbox::new(
+                        BoxLines::new(&d.own, peer_map, rings, d.slot(peer, d.rank, s), d.slot(d.rank, peer, s)),
+                        peer,
+                    ),
                     rings,
                     remote_sent: 0,
                     remote_read: 0,
-                    box_sent: 0,
-                    box_taken: 0,
-                    box_read: 0,
-                    box_peeked: false,
                 })
                 .collect();
             out.push((peer, links));
@@ -143,7 +133,7 @@ impl ShmLink {
         if avail > RING_BYTES as u64 {
             return Err(corrupt(self.peer));
         }
-        if let Some(limit) = self.box_limit(tail)? {
+        if let Some(limit) = self.boxes.limit(tail)? {
             avail = avail.min(limit);
         }
         let at = (tail % RING_BYTES as u64) as usize;
@@ -283,7 +273,7 @@ impl ShmLink {
             used < RING_BYTES as u64
         } else {
             let h = self.domain.own.ring_header(self.rx);
-            h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed) || self.box_ready()
+            h.head.load(Ordering::Acquire) != h.tail.load(Ordering::Relaxed) || self.boxes.ready()
         }
     }
 }
@@ -327,8 +317,8 @@ impl crate::link::Link for ShmLink {
     }
 
     #[inline]
-    fn fastbox(&mut self) -> Option<&mut dyn Fastbox> {
-        Some(self)
+    fn fastbox(&mut self) -> Option<&mut Fastbox> {
+        Some(&mut self.boxes)
     }
 }
 
@@ -368,5 +358,57 @@ impl SingleCopy for ShmLink {
 
     fn finish_remote(&mut self) -> std::io::Result<()> {
         ShmLink::finish_remote(self)
+    }
+}
+
+#[cfg(test)]
+impl ShmLink {
+    /// The tests' way to send through the fastbox.
+    pub(crate) fn box_send(&mut self, head: &crate::link::BoxHead, payload: &[u8]) -> std::io::Result<bool> {
+        self.boxes.try_send(head, payload)
+    }
+
+    /// Takes the next frame if it is in a cell: hands its header fields
+    /// and payload, where they lie, to `take`, then frees the cell (the
+    /// tests' way to read a cell; the driver peeks and releases).
+    pub(crate) fn box_recv(&mut self, take: &mut dyn FnMut(&crate::link::BoxHead, &[u8])) -> std::io::Result<bool> {
+        let Some((head, payload)) = self.boxes.peek()? else { return Ok(false) };
+        take(&head, payload);
+        self.boxes.release();
+        Ok(true)
+    }
+}
+
+/// What a test reads of a link's traffic after handing the link to a
+/// driver: how many bytes its ring and its fastboxes carried out.
+#[cfg(test)]
+pub(crate) struct Traffic {
+    domain: std::sync::Arc<super::domain::Domain>,
+    peer: ringleader_core::Rank,
+    tx: usize,
+}
+
+#[cfg(test)]
+impl Traffic {
+    /// Bytes written to the outgoing ring so far.
+    pub(crate) fn ring_bytes(&self) -> u64 {
+        self.map().ring_header(self.tx).head.load(Ordering::Acquire)
+    }
+
+    /// Fastbox frames the peer has taken so far.
+    pub(crate) fn boxes_taken(&self) -> u64 {
+        self.map().ring_header(self.tx).box_read.load(Ordering::Acquire)
+    }
+
+    fn map(&self) -> &super::segment::Mapping {
+        self.domain.peers[self.peer].as_ref().expect("peer mapped")
+    }
+}
+
+#[cfg(test)]
+impl ShmLink {
+    /// A view of this link's outgoing traffic that outlives lending it.
+    pub(crate) fn traffic(&self) -> Traffic {
+        Traffic { domain: self.domain.clone(), peer: self.peer, tx: self.tx }
     }
 }

@@ -71,6 +71,7 @@ mod waiter;
 mod tests;
 
 pub use domain::Domain;
+pub use fastbox::Fastbox;
 pub use link::ShmLink;
 pub use segment::{segment_name, BOX_PAYLOAD};
 pub use waiter::Waiter;

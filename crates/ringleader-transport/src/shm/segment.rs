@@ -171,6 +171,78 @@ impl Mapping {
     }
 }
 
+/// Where one link's fastbox lines lie (its outgoing ring's header and
+/// cells in the peer's segment, its incoming ring's in ours, the peer's
+/// doorbell), worked out and bounds-checked once, when the link is made:
+/// a small frame then costs no offset arithmetic or bounds check.
+pub(super) struct BoxLines {
+    tx: NonNull<RingHeader>,
+    rx: NonNull<RingHeader>,
+    tx_cells: NonNull<Cell>,
+    rx_cells: NonNull<Cell>,
+    bell: NonNull<Doorbell>,
+}
+
+// SAFETY: the pointers lie in mappings that the link holding this keeps
+// alive (its `Arc<Domain>`), and all access through them is atomic.
+unsafe impl Send for BoxLines {}
+
+impl BoxLines {
+    /// The lines of the link that writes ring `tx` of `peer` (of `rings`
+    /// in each segment) and reads ring `rx` of `own`. The mappings must
+    /// outlive what is made here (the link keeps them).
+    pub(super) fn new(own: &Mapping, peer: &Mapping, rings: usize, tx: usize, rx: usize) -> BoxLines {
+        // `cell` asserts that a ring's last cell is in bounds, hence all.
+        let (_, _) = (peer.cell(rings, tx, CELLS - 1), own.cell(rings, rx, CELLS - 1));
+        BoxLines {
+            tx: NonNull::from(peer.ring_header(tx)),
+            rx: NonNull::from(own.ring_header(rx)),
+            tx_cells: NonNull::from(peer.cell(rings, tx, 0)),
+            rx_cells: NonNull::from(own.cell(rings, rx, 0)),
+            bell: NonNull::from(peer.doorbell()),
+        }
+    }
+
+    /// The outgoing ring's header (in the peer's segment).
+    #[inline]
+    pub(super) fn tx(&self) -> &RingHeader {
+        // SAFETY: see the type's docs; in bounds (checked at construction).
+        unsafe { self.tx.as_ref() }
+    }
+
+    /// The incoming ring's header (in ours).
+    #[inline]
+    pub(super) fn rx(&self) -> &RingHeader {
+        // SAFETY: as for `tx`.
+        unsafe { self.rx.as_ref() }
+    }
+
+    /// Outgoing cell `i` (below [`CELLS`]).
+    #[inline]
+    pub(super) fn tx_cell(&self, i: usize) -> &Cell {
+        debug_assert!(i < CELLS);
+        // SAFETY: the ring's cells lie one after the other (`Cell` is
+        // `CELL_BYTES` long), all in bounds (checked at construction), and
+        // `i` is taken modulo CELLS by every caller.
+        unsafe { &*self.tx_cells.as_ptr().add(i % CELLS) }
+    }
+
+    /// Incoming cell `i` (below [`CELLS`]).
+    #[inline]
+    pub(super) fn rx_cell(&self, i: usize) -> &Cell {
+        debug_assert!(i < CELLS);
+        // SAFETY: as for `tx_cell`.
+        unsafe { &*self.rx_cells.as_ptr().add(i % CELLS) }
+    }
+
+    /// The peer's doorbell.
+    #[inline]
+    pub(super) fn bell(&self) -> &Doorbell {
+        // SAFETY: as for `tx`.
+        unsafe { self.bell.as_ref() }
+    }
+}
+
 /// Bytes of a segment holding `rings` rings (their headers, data and
 /// fastbox cells) after the doorbell.
 pub(super) fn segment_len(rings: usize) -> usize {
@@ -199,6 +271,11 @@ pub(super) fn remove_stale_segments() {
             let _ = rustix::shm::unlink(format!("/{name}").as_str());
         }
     }
+}
+
+/// A ring position that does not make sense: the peer corrupted it.
+pub(super) fn corrupt(peer: Rank) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("rank {peer} left an impossible ring position"))
 }
 
 /// Wakes the owner of `bell` if it sleeps.

@@ -1,0 +1,280 @@
+//! Express runs: a boxed plan (every frame fits a fastbox, see `boxed.rs`)
+//! compiled once into a straight line of sends and receives, for the
+//! caller that runs the same small collective again and again and keeps
+//! the compiled form with its plan (the runtime does, per distinct call).
+//!
+//! A boxed run works out on every call which of its sends and receives may
+//! move next (two bit masks walked round after round), and `Driver::run`
+//! around it sizes, encodes and checks what a repeated call already had.
+//! At a few bytes that bookkeeping costs more than the frames. Compiled,
+//! the plan's items are put once in an order that keeps every dependency
+//! (each channel's order, a send after the receive it forwards, a receive
+//! after the send it waits for), so a run takes them one after the other:
+//! a send goes whole into the peer's cell, a receive is taken whole from
+//! ours, each checked and landed exactly as the general loop would.
+//!
+//! Whatever falls outside that hands over to the general loop with what is
+//! done so far, as a boxed run does: a frame that arrives in the ring, no
+//! free cell while ranks share cores, a wait longer than the polling
+//! budget. Sleeping, deadlines and publishing the awaited peers stay the
+//! general loop's.
+
+use super::boxed::{bit, fits, steps};
+use super::wait::{Idle, IdleSpan};
+use super::{fastbox, Driver, Links, Watch};
+use crate::plan::{Buf, OpInfo, Plan, RecvItem, SendItem};
+use ringleader_core::fault::{self, Point};
+use ringleader_core::{Rank, Result};
+use std::time::Duration;
+
+/// One step of a compiled run: plan send (or receive) `item`, frame `tag`
+/// of its channel, with the plan's item copied in (a run reads nothing
+/// else of the plan).
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Send { item: u32, tag: u32, send: SendItem },
+    Recv { item: u32, tag: u32, recv: RecvItem },
+}
+
+impl Step {
+    /// Which item of the plan, and its tag (for tests).
+    #[cfg(test)]
+    fn what(&self) -> (bool, u32, u32) {
+        match *self {
+            Step::Send { item, tag, .. } => (true, item, tag),
+            Step::Recv { item, tag, .. } => (false, item, tag),
+        }
+    }
+}
+
+/// A plan compiled for [`Driver::run_express`] (see the module docs):
+/// valid for the plan and the links it was compiled for, which the run
+/// checks.
+#[derive(Debug, Clone, Default)]
+pub struct Express {
+    /// The plan's id and the links (address, count) it was compiled for.
+    key: (u64, usize, usize),
+    steps: Vec<Step>,
+    /// How many steps come before the first receive: the run's first
+    /// frames, after which the caller's bookkeeping is done.
+    lead: usize,
+    /// Streams per peer, and channels, of those links.
+    streams: usize,
+    nchans: usize,
+    /// The fingerprint its frames carry ([`ringleader_core::Fingerprint::words`]
+    /// of the one call it was compiled for).
+    words: [u64; 2],
+}
+
+impl Express {
+    /// Whether this was compiled for `plan` over `links`.
+    #[inline]
+    fn is_for(&self, links: &Links, plan: &Plan) -> bool {
+        self.key == (plan.id(), links.as_ptr() as usize, links.len())
+    }
+}
+
+/// The steps of `plan` in an order that keeps its dependencies: every send
+/// that may go, then the first receive that may come, and again; `None`
+/// when some item can never move (not a plan a rank can run).
+fn order(plan: &Plan) -> Option<Vec<Step>> {
+    let sends = steps(plan.sends.iter().map(|s| (s.chan.peer, s.chan.stream)));
+    let recvs = steps(plan.recvs.iter().map(|r| (r.chan.peer, r.chan.stream)));
+    let (mut sent, mut got) = (vec![false; sends.len()], vec![false; recvs.len()]);
+    let mut out = Vec::with_capacity(sends.len() + recvs.len());
+    while out.len() < sends.len() + recvs.len() {
+        let before = out.len();
+        for (i, (step, item)) in sends.iter().zip(&plan.sends).enumerate() {
+            let ready = step.prev.is_none_or(|p| sent[p as usize]) && item.after.is_none_or(|r| got[r as usize]);
+            if !sent[i] && ready {
+                sent[i] = true;
+                out.push(Step::Send { item: i as u32, tag: step.tag, send: *item });
+            }
+        }
+        let next = recvs.iter().zip(&plan.recvs).enumerate().find(|(i, (step, item))| {
+            !got[*i]
+                && step.prev.is_none_or(|p| got[p as usize])
+                && item.after.is_none_or(|r| got[r as usize])
+                && item.after_send.is_none_or(|s| sent[s as usize])
+        });
+        if let Some((i, (step, item))) = next {
+            got[i] = true;
+            out.push(Step::Recv { item: i as u32, tag: step.tag, recv: *item });
+        }
+        if out.len() == before {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+impl Driver {
+    /// Compiles `plan`, the plan of the calls whose fingerprint is
+    /// `words` ([`ringleader_core::Fingerprint::words`]), for express runs
+    /// over `links`; `None` when some frame of it does not fit a fastbox of
+    /// its link (run it with [`Driver::run`]). Also sizes the general
+    /// loop's scratch for it, so that a run that hands over allocates
+    /// nothing.
+    pub fn express(&mut self, links: &mut Links, plan: &Plan, words: [u64; 2]) -> Option<Express> {
+        let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        if !fits(links, plan, streams) || plan.sends.len() > 64 || plan.recvs.len() > 64 {
+            return None;
+        }
+        let steps = order(plan)?;
+        let lead = steps.iter().position(|s| matches!(s, Step::Recv { .. })).unwrap_or(steps.len());
+        let nchans = links.len() * streams;
+        self.fit(nchans, plan);
+        Some(Express { key: (plan.id(), links.as_ptr() as usize, links.len()), steps, lead, streams, nchans, words })
+    }
+
+    /// Runs `plan`, compiled as `x` for these links ([`Driver::express`]),
+    /// whose frames belong to `op` (a call of the fingerprint `x` was
+    /// compiled for); as [`Driver::run`] would,
+    /// with the same frames, checks, errors and bounds (see the module
+    /// docs). A plan or links other than those `x` was compiled for run
+    /// through [`Driver::run`].
+    pub fn run_express(
+        &mut self,
+        links: &mut Links,
+        bufs: &mut [Buf<'_>],
+        plan: &Plan,
+        x: &Express,
+        op: &OpInfo,
+        watch: &Watch<'_>,
+    ) -> Result<()> {
+        let words = x.words;
+        if !x.is_for(links, plan) {
+            return self.run(links, bufs, plan, op, watch);
+        }
+        fault::check(Point::Driver, op.seq);
+        self.runs = self.runs.wrapping_add(1);
+        self.spun = Some(Duration::ZERO);
+        let (mut sent, mut got) = (0u64, 0u64);
+        let mut idle = IdleSpan::default();
+        let mut under_way = watch.under_way;
+        for (k, step) in x.steps.iter().enumerate() {
+            if k == x.lead {
+                self.under_way(&mut under_way);
+            }
+            let moved = match step {
+                Step::Send { item, tag, send: s } => {
+                    let data = &bufs[s.region.buf as usize].bytes()[s.region.range()];
+                    let link = &mut *links[s.chan.peer][s.chan.stream as usize];
+                    loop {
+                        if fastbox::send(link, s.chan.peer, op, words, *tag, data)? {
+                            sent |= bit(*item);
+                            break true;
+                        }
+                        // Every cell to this peer is full. With a core
+                        // each, wait for the peer to free one (as a boxed
+                        // run does); sharing cores, go on through the ring.
+                        if !matches!(self.idle, Idle::Spin(_)) || !self.express_idle(&mut idle, watch, s.chan.peer)? {
+                            break false;
+                        }
+                    }
+                }
+                Step::Recv { item, tag, recv: r } => {
+                    let link = &mut *links[r.chan.peer][r.chan.stream as usize];
+                    loop {
+                        if fastbox::recv(link, bufs, r, *tag, op, words)? {
+                            got |= bit(*item);
+                            break true;
+                        }
+                        // The frame is in the ring (the peer had no free
+                        // cell), or the wait outlasted the polling budget.
+                        if link.ready(false) || !self.express_idle(&mut idle, watch, r.chan.peer)? {
+                            break false;
+                        }
+                    }
+                }
+            };
+            if !moved {
+                self.add_spun(&idle);
+                let watch = Watch { under_way, ..*watch };
+                return self.express_hand_over(links, bufs, plan, x, op, &watch, sent, got);
+            }
+            if idle.began() {
+                self.add_spun(&std::mem::take(&mut idle));
+            }
+        }
+        self.under_way(&mut under_way);
+        if !self.published.is_empty() {
+            watch.awaited.replace(&self.published, &[]);
+            self.published.clear();
+        }
+        Ok(())
+    }
+
+    /// One idle pass of an express run waiting for `peer`: whether to poll
+    /// again (`false`: the polling budget is spent, hand over).
+    #[inline]
+    fn express_idle(&self, idle: &mut IdleSpan, watch: &Watch<'_>, peer: Rank) -> Result<bool> {
+        watch.abort.check()?;
+        Ok(self.idle(idle, true, |waiter, cpu| waiter.peer_on(peer, cpu)))
+    }
+
+    /// The general loop runs the rest of an express run, which did the
+    /// items in `sent` and `got`.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn express_hand_over(
+        &mut self,
+        links: &mut Links,
+        bufs: &mut [Buf<'_>],
+        plan: &Plan,
+        x: &Express,
+        op: &OpInfo,
+        watch: &Watch<'_>,
+        sent: u64,
+        got: u64,
+    ) -> Result<()> {
+        // The general loop's fastbox frames carry the run's fingerprint.
+        self.boxed.set_words(op.fingerprint, x.words);
+        self.take_over(plan, x.streams, x.nchans, sent, got);
+        let result = self.drive(links, bufs, plan, op, watch, x.streams);
+        self.finish(links, x.streams, watch, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Chan, RecvMode, Region};
+
+    fn chan(peer: Rank) -> Chan {
+        Chan { peer, stream: 0 }
+    }
+
+    #[test]
+    fn the_order_keeps_every_dependency() {
+        // A chain's middle rank: receive from 0, forward to 2 (after the
+        // receive), then receive 2's answer (after the send).
+        let mut p = Plan::default();
+        let r0 = p.recv(chan(0), Region::new(0, 0, 8), RecvMode::Copy, None, None);
+        let s0 = p.send(chan(2), Region::new(0, 0, 8), Some(r0));
+        p.recv(chan(2), Region::new(0, 8, 8), RecvMode::Copy, None, Some(s0));
+        p.send(chan(0), Region::new(0, 0, 8), None);
+        let o: Vec<_> = order(&p).unwrap().iter().map(Step::what).collect();
+        assert_eq!(o, vec![(true, 1, 0), (false, 0, 0), (true, 0, 0), (false, 1, 0)]);
+    }
+
+    #[test]
+    fn tags_count_each_channels_frames() {
+        let mut p = Plan::default();
+        p.send(chan(1), Region::new(0, 0, 8), None);
+        p.send(chan(1), Region::new(0, 8, 8), None);
+        p.recv(chan(1), Region::new(1, 0, 8), RecvMode::Copy, None, None);
+        p.recv(chan(1), Region::new(1, 8, 8), RecvMode::Copy, None, None);
+        let o: Vec<_> = order(&p).unwrap().iter().map(Step::what).collect();
+        assert_eq!(o, vec![(true, 0, 0), (true, 1, 1), (false, 0, 0), (false, 1, 1)]);
+    }
+
+    #[test]
+    fn a_plan_that_cannot_move_is_refused() {
+        // A receive waiting for a send that waits for it.
+        let mut p = Plan::default();
+        p.send(chan(1), Region::new(0, 0, 8), Some(0));
+        p.recv(chan(1), Region::new(0, 0, 8), RecvMode::Copy, None, Some(0));
+        assert!(order(&p).is_none());
+    }
+}
