@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 /// The largest collective (bytes per rank) whose inline run, if it never
 /// slept, is recorded as ending when its start stamp plus the time its
-/// driver saw it wait ([`Driver::spun`]) says: the driver's clock reads
+/// driver saw it wait ([`Driver::spun_ns`]) says: the driver's clock reads
 /// miss only the moving of a few kilobytes, and a clock read at the end of
 /// a sub-microsecond call costs a few percent of it.
 const AT_ONCE_MAX: u64 = 4096;
@@ -79,9 +79,9 @@ pub(crate) struct Job {
     /// anything else is recorded of it (`Shared::write_record`).
     /// (Its start stamp and call site: the rest of the record is above.)
     unwritten: Cell<Option<(u64, Option<CallSite>)>>,
-    /// How long an inline run of a small collective ran, when its driver
-    /// can tell without a clock read (see `AT_ONCE_MAX`).
-    ran: Cell<Option<Duration>>,
+    /// How long an inline run of a small collective ran, in nanoseconds,
+    /// when its driver can tell without a clock read (see `AT_ONCE_MAX`).
+    ran: Cell<Option<u64>>,
     /// This rank (for the error of a job dropped unfinished).
     owner: Rank,
 }
@@ -531,17 +531,27 @@ impl Shared {
                 failed = Some(e);
             }
         }));
-        write();
         let r = match (r, failed) {
             (Ok(()), None) => {
                 let ran = (k.fp.count.saturating_mul(k.fp.dtype.size() as u64) <= AT_ONCE_MAX)
-                    .then(|| driver.spun())
+                    .then(|| driver.spun_ns())
                     .flatten();
-                self.fr.completed_after(record, seq, ran);
+                // A run that never waited left its record for now: written
+                // whole, in one go.
+                if unwritten.get() {
+                    let s = Started { fp: k.fp, words: k.words, seq, p2p_seq: 0, at, site: call.site };
+                    self.fr.write_completed(record, s, ran);
+                } else {
+                    self.fr.completed_after(record, seq, ran);
+                }
                 Ok(())
             }
-            (Ok(()), Some(e)) => Err(self.resolve(record, e)),
+            (Ok(()), Some(e)) => {
+                write();
+                Err(self.resolve(record, e))
+            }
             (Err(payload), _) => {
+                write();
                 let e = self.panic_error(payload.as_ref(), k.fp.op, seq);
                 known.clear();
                 Err(self.fail_internal(record, e))
@@ -789,7 +799,7 @@ impl Shared {
         let watch = Watch { abort: &self.abort, deadline, awaited: &self.awaited, under_way: Some(&write) };
         run_plan(self.world, driver, links, scratch, known.get(i), (job.io, job.io_ro, job.out), &op, &watch)?;
         if job.done.is_none() && job.fp.count.saturating_mul(job.fp.dtype.size() as u64) <= AT_ONCE_MAX {
-            job.ran.set(driver.spun());
+            job.ran.set(driver.spun_ns());
         }
         Ok(())
     }

@@ -261,13 +261,22 @@ fn threads_scenario() -> i32 {
     // Every number once, none skipped, up to the last. (Records of calls
     // the two threads submit at the same moment may swap places in the
     // recorder: it lists them in the order they were recorded.)
-    let mut seqs: Vec<u64> = c.flight_recorder().iter().map(|e| e.collective_seq_id).collect();
+    let entries = c.flight_recorder();
+    let mut seqs: Vec<u64> = entries.iter().map(|e| e.collective_seq_id).collect();
     seqs.sort_unstable();
     let contiguous = seqs.windows(2).all(|w| w[1] == w[0] + 1) && seqs.last() == Some(&(2 * CALLS as u64));
-    println!("THREADS wrong={wrong} contiguous={contiguous}");
+    // Each one recorded whole: started, then completed no earlier (a small
+    // call that never waited is recorded in one write, after it ended).
+    let whole = entries.iter().all(|e| {
+        e.state == ringleader::State::Completed
+            && e.time_discovered_started_ns.is_some_and(|s| s >= e.time_created_ns)
+            && e.time_discovered_completed_ns >= e.time_discovered_started_ns
+            && e.fingerprint.count == 2
+    });
+    println!("THREADS wrong={wrong} contiguous={contiguous} whole={whole}");
     let c = std::sync::Arc::into_inner(c).expect("the threads are done");
     c.destroy().unwrap();
-    i32::from(wrong > 0 || !contiguous)
+    i32::from(wrong > 0 || !contiguous || !whole)
 }
 
 /// Entry point of worker processes (a no-op in a normal test run).
@@ -387,7 +396,7 @@ fn threads_racing_blocking_and_background_calls_complete_in_one_order() {
         let outs = run(JobSpec::new(2, "threads").env("RINGLEADER_TRANSPORT", transport).limit(120));
         assert_all_ok(&outs);
         for o in &outs {
-            assert_eq!(o.lines("THREADS"), vec!["wrong=0 contiguous=true".to_string()], "{}", o.stderr);
+            assert_eq!(o.lines("THREADS"), vec!["wrong=0 contiguous=true whole=true".to_string()], "{}", o.stderr);
         }
     }
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::panic::Location;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lifecycle of one recorded operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,10 +276,11 @@ fn prefetch(slot: &Slot) {
 impl Slot {
     /// Fills the slot with record `id`: operation `seq` (the collective or
     /// send/recv number), fingerprint `words` ([`Fingerprint::words`]),
-    /// its stamps and call site. Only the thread that numbered the record
+    /// its stamps (`done` 0 while it has not ended) and call site. Only the thread that numbered the record
     /// writes it, so plain stores bracket the fields.
     #[inline]
-    fn write(&self, id: u64, seq: u64, words: [u64; 2], created: u64, started: u64, site: Option<CallSite>) {
+    #[allow(clippy::too_many_arguments)]
+    fn write(&self, id: u64, seq: u64, words: [u64; 2], created: u64, started: u64, done: u64, site: Option<CallSite>) {
         // Any odd value marks the slot as being written; this one needs no
         // load of the slot's old version first.
         self.version.store(2 * id + 1, Ordering::Relaxed);
@@ -290,7 +291,7 @@ impl Slot {
         self.fp[1].store(w1, Ordering::Relaxed);
         self.created.store(created, Ordering::Relaxed);
         self.started.store(started, Ordering::Relaxed);
-        self.done.store(0, Ordering::Relaxed);
+        self.done.store(done, Ordering::Relaxed);
         self.site.store(pack_site(site), Ordering::Relaxed);
         self.version.store(2 * (id + 1), Ordering::Release);
     }
@@ -467,7 +468,18 @@ impl FlightRecorder {
     #[inline]
     pub fn write_started(&self, id: u64, s: Started) {
         let seq = if s.fp.op.is_p2p() { s.p2p_seq } else { s.seq };
-        self.put(id, seq, s.words, s.at, s.at, s.site);
+        self.put(id, seq, s.words, [s.at, s.at, 0], s.site);
+    }
+
+    /// [`write_started`](Self::write_started) and
+    /// [`completed_after`](Self::completed_after) in one step, for a
+    /// collective that ended before anything else was recorded of it (a
+    /// small one that never waited): one write of its slot instead of two.
+    #[inline]
+    pub fn write_completed(&self, id: u64, s: Started, ran_ns: Option<u64>) {
+        let done = self.complete(id, s.seq, ran_ns);
+        let seq = if s.fp.op.is_p2p() { s.p2p_seq } else { s.seq };
+        self.put(id, seq, s.words, [s.at, s.at, done], s.site);
     }
 
     /// Collectives of one communicator start and end one at a time (the
@@ -500,18 +512,20 @@ impl FlightRecorder {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
         match started {
-            Some(t) => self.put(id, seq, fp.words(), t, t, site),
-            None => self.put(id, seq, fp.words(), clock::now(), 0, site),
+            Some(t) => self.put(id, seq, fp.words(), [t, t, 0], site),
+            None => self.put(id, seq, fp.words(), [clock::now(), 0, 0], site),
         }
         id
     }
 
-    /// Writes record `id` into its slot (see [`Slot::write`]), and brings
-    /// the next slot's line into the cache for the next record.
+    /// Writes record `id` into its slot (see [`Slot::write`]; `stamps`:
+    /// created, started, done), and brings the next slot's line into the
+    /// cache for the next record.
     #[inline]
-    fn put(&self, id: u64, seq: u64, words: [u64; 2], created: u64, started: u64, site: Option<CallSite>) {
+    fn put(&self, id: u64, seq: u64, words: [u64; 2], stamps: [u64; 3], site: Option<CallSite>) {
         if let Some(slot) = self.slot(id) {
-            slot.write(id, seq, words, created, started, site);
+            let [created, started, done] = stamps;
+            slot.write(id, seq, words, created, started, done, site);
             if let Some(next) = self.slot(id + 1) {
                 prefetch(next);
             }
@@ -543,12 +557,23 @@ impl FlightRecorder {
         self.completed_after(id, seq, None);
     }
 
-    /// [`completed_seq`](Self::completed_seq), `ran` after it started when
-    /// the caller knows that without reading the clock: a clock read at
-    /// the end of a sub-microsecond collective costs a few percent of it,
-    /// on every call.
+    /// [`completed_seq`](Self::completed_seq), `ran_ns` nanoseconds after
+    /// it started when the caller knows that without reading the clock: a
+    /// clock read at the end of a sub-microsecond collective costs a few
+    /// percent of it, on every call.
     #[inline]
-    pub fn completed_after(&self, id: u64, seq: u64, ran: Option<Duration>) {
+    pub fn completed_after(&self, id: u64, seq: u64, ran_ns: Option<u64>) {
+        let done = self.complete(id, seq, ran_ns);
+        if let Some(slot) = self.slot(id) {
+            slot.finish(id, done, false);
+        }
+    }
+
+    /// Counts record `id` (collective `seq`, 0 for point-to-point)
+    /// completed, and returns its done stamp (see
+    /// [`completed_after`](Self::completed_after)).
+    #[inline]
+    fn complete(&self, id: u64, seq: u64, ran_ns: Option<u64>) -> u64 {
         let p = &self.progress;
         if seq > 0 {
             Self::raise(&p.last_completed, seq);
@@ -558,12 +583,10 @@ impl FlightRecorder {
             p.last_completed_record.store(id + 1, Ordering::Relaxed);
         }
         p.running.store(0, Ordering::Release);
-        if let Some(slot) = self.slot(id) {
-            let done = match ran {
-                Some(d) => AFTER | u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).min(AFTER - 1),
-                None => clock::now(),
-            };
-            slot.finish(id, done, false);
+        match ran_ns {
+            Some(ns) => AFTER | ns.min(AFTER - 1),
+            None if self.slots.is_empty() => 0,
+            None => clock::now(),
         }
     }
 
@@ -650,7 +673,7 @@ mod tests {
         // Running before its record is written: the watchdog sees it.
         assert_eq!(fr.progress().running.load(Ordering::Relaxed), id + 1);
         fr.write_started(id, Started { fp, words: fp.words(), seq: 7, p2p_seq: 0, at, site: None });
-        fr.completed_after(id, 7, Some(Duration::from_micros(3)));
+        fr.completed_after(id, 7, Some(3_000));
         let e = fr.entry(id).unwrap();
         assert_eq!((e.state, e.label()), (State::Completed, "all_reduce #7".to_string()));
         let (start, end) = (e.time_discovered_started_ns.unwrap(), e.time_discovered_completed_ns.unwrap());
@@ -658,7 +681,7 @@ mod tests {
         // A length as long as the flag allows stays a length, not a stamp.
         let (id, at) = fr.begin_started(8);
         fr.write_started(id, Started { fp, words: fp.words(), seq: 8, p2p_seq: 0, at, site: None });
-        fr.completed_after(id, 8, Some(Duration::MAX));
+        fr.completed_after(id, 8, Some(u64::MAX));
         assert_eq!(fr.entry(id).unwrap().state, State::Completed);
     }
 

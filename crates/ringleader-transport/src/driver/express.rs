@@ -25,7 +25,6 @@ use super::{fastbox, Driver, Links, Watch};
 use crate::plan::{Buf, OpInfo, Plan, RecvItem, SendItem};
 use ringleader_core::fault::{self, Point};
 use ringleader_core::{Rank, Result};
-use std::time::Duration;
 
 /// One step of a compiled run: plan send (or receive) `item`, frame `tag`
 /// of its channel, with the plan's item copied in (a run reads nothing
@@ -55,9 +54,6 @@ pub struct Express {
     /// The plan's id and the links (address, count) it was compiled for.
     key: (u64, usize, usize),
     steps: Vec<Step>,
-    /// How many steps come before the first receive: the run's first
-    /// frames, after which the caller's bookkeeping is done.
-    lead: usize,
     /// Streams per peer, and channels, of those links.
     streams: usize,
     nchans: usize,
@@ -121,10 +117,9 @@ impl Driver {
             return None;
         }
         let steps = order(plan)?;
-        let lead = steps.iter().position(|s| matches!(s, Step::Recv { .. })).unwrap_or(steps.len());
         let nchans = links.len() * streams;
         self.fit(nchans, plan);
-        Some(Express { key: (plan.id(), links.as_ptr() as usize, links.len()), steps, lead, streams, nchans, words })
+        Some(Express { key: (plan.id(), links.as_ptr() as usize, links.len()), steps, streams, nchans, words })
     }
 
     /// Runs `plan`, compiled as `x` for these links ([`Driver::express`]),
@@ -148,14 +143,13 @@ impl Driver {
         }
         fault::check(Point::Driver, op.seq);
         self.runs = self.runs.wrapping_add(1);
-        self.spun = Some(Duration::ZERO);
+        self.spun = Some(0);
         let (mut sent, mut got) = (0u64, 0u64);
         let mut idle = IdleSpan::default();
+        // Called only before a step waits (see `Watch::under_way`): a run
+        // that never waits leaves the caller's bookkeeping for after it.
         let mut under_way = watch.under_way;
-        for (k, step) in x.steps.iter().enumerate() {
-            if k == x.lead {
-                self.under_way(&mut under_way);
-            }
+        for step in &x.steps {
             let moved = match step {
                 Step::Send { item, tag, send: s } => {
                     let data = &bufs[s.region.buf as usize].bytes()[s.region.range()];
@@ -168,6 +162,7 @@ impl Driver {
                         // Every cell to this peer is full. With a core
                         // each, wait for the peer to free one (as a boxed
                         // run does); sharing cores, go on through the ring.
+                        self.under_way(&mut under_way);
                         if !matches!(self.idle, Idle::Spin(_)) || !self.express_idle(&mut idle, watch, s.chan.peer)? {
                             break false;
                         }
@@ -182,6 +177,7 @@ impl Driver {
                         }
                         // The frame is in the ring (the peer had no free
                         // cell), or the wait outlasted the polling budget.
+                        self.under_way(&mut under_way);
                         if link.ready(false) || !self.express_idle(&mut idle, watch, r.chan.peer)? {
                             break false;
                         }
@@ -197,7 +193,9 @@ impl Driver {
                 self.add_spun(&std::mem::take(&mut idle));
             }
         }
-        self.under_way(&mut under_way);
+        if under_way.is_some() {
+            self.publish_cpu();
+        }
         if !self.published.is_empty() {
             watch.awaited.replace(&self.published, &[]);
             self.published.clear();

@@ -70,7 +70,7 @@ use crate::shm::Waiter;
 use chan::ChanRun;
 use ringleader_core::{AbortSignal, Rank, RankSet, Result};
 use send::SendPolicy;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The links a driver runs over: `links[peer][stream]`.
 pub type Links = [Vec<AnyLink>];
@@ -86,11 +86,14 @@ pub struct Watch<'a> {
     pub deadline: Deadline,
     /// While blocked, the ranks the run waits for are published here.
     pub awaited: &'a RankSet,
-    /// Called once per run, after its first pass over its links: its
-    /// first frames are then on their way, and the peers' answers take a
-    /// while. Bookkeeping done here (the runtime writes the call's flight
+    /// Called at most once per run, after its first pass over its links:
+    /// its first frames are then on their way, and the peers' answers take
+    /// a while. Bookkeeping done here (the runtime writes the call's flight
     /// record) is off the critical path of a small collective, where done
-    /// before the run it would delay every peer by as much.
+    /// before the run it would delay every peer by as much. An express run
+    /// ([`Driver::run_express`]) calls it only before it first waits for a
+    /// peer (or hands over); one that never waits does not call it, and the
+    /// caller does that bookkeeping after the run, at once with the rest.
     pub under_way: Option<&'a dyn Fn()>,
 }
 
@@ -156,8 +159,8 @@ pub struct Driver {
     /// What to do before sleeping when no link can move.
     idle: Idle,
     /// The current or last run's idle time while it has not slept (see
-    /// [`Driver::spun`]).
-    spun: Option<Duration>,
+    /// [`Driver::spun_ns`]).
+    spun: Option<u64>,
     /// When this rank last tried to move itself off a core it shared with
     /// a peer (see `wait.rs`).
     moved: std::cell::Cell<Option<Instant>>,
@@ -211,12 +214,14 @@ impl Driver {
         self.policy.splice_min = min;
     }
 
-    /// How long the last run waited for its peers, if it never slept: its
-    /// idle stretches as of their last clock reads, so a little less than
-    /// it waited (see `wait::CLOCK_EVERY`). A run that never waited: zero.
-    /// Lets the caller tell when a short run ended without reading the
-    /// clock itself; `None` after a run that slept (or failed).
-    pub fn spun(&self) -> Option<Duration> {
+    /// How long the last run waited for its peers, in nanoseconds, if it
+    /// never slept: its idle stretches as of their last clock reads, so a
+    /// little less than it waited (see `wait::CLOCK_EVERY`). A run that
+    /// never waited: zero. Lets the caller tell when a short run ended
+    /// without reading the clock itself; `None` after a run that slept (or
+    /// failed). (Nanoseconds, not a `Duration`: the common answer, zero,
+    /// then costs the caller no conversion.)
+    pub fn spun_ns(&self) -> Option<u64> {
         self.spun
     }
 
@@ -229,18 +234,25 @@ impl Driver {
     #[inline]
     fn under_way(&self, pending: &mut Option<&dyn Fn()>) {
         if let Some(f) = pending.take() {
-            if self.runs % CPU_EVERY == 1 {
-                if let Some(w) = &self.waiter {
-                    w.note_cpu();
-                }
-            }
+            self.publish_cpu();
             f();
+        }
+    }
+
+    /// One run in [`CPU_EVERY`]: where this rank runs, for a peer that
+    /// waits for it (see [`Driver::under_way`]).
+    #[inline]
+    fn publish_cpu(&self) {
+        if self.runs % CPU_EVERY == 1 {
+            if let Some(w) = &self.waiter {
+                w.note_cpu();
+            }
         }
     }
 
     fn add_spun(&mut self, span: &IdleSpan) {
         if let Some(t) = &mut self.spun {
-            *t += span.lasted();
+            *t = t.saturating_add(u64::try_from(span.lasted().as_nanos()).unwrap_or(u64::MAX));
         }
     }
 
@@ -266,7 +278,7 @@ impl Driver {
         let nchans = links.len() * streams;
         self.boxed.encode(&op.fingerprint);
         self.runs = self.runs.wrapping_add(1);
-        self.spun = Some(Duration::ZERO);
+        self.spun = Some(0);
         self.active.clear();
         self.fit(nchans, plan);
         let result = match self.run_boxed(links, bufs, plan, op, watch, streams) {
