@@ -124,10 +124,9 @@ impl Driver {
 
     /// Runs `plan`, compiled as `x` for these links ([`Driver::express`]),
     /// whose frames belong to `op` (a call of the fingerprint `x` was
-    /// compiled for); as [`Driver::run`] would,
-    /// with the same frames, checks, errors and bounds (see the module
-    /// docs). A plan or links other than those `x` was compiled for run
-    /// through [`Driver::run`].
+    /// compiled for), as [`Driver::run`] would: the same frames, checks,
+    /// errors and bounds (see the module docs). A plan or links other than
+    /// those `x` was compiled for run through [`Driver::run`].
     pub fn run_express(
         &mut self,
         links: &mut Links,
