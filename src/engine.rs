@@ -34,7 +34,7 @@ use ringleader_diag::CallSite;
 use ringleader_diag::{Beat, FlightRecorder, Observation, Snapshot, Started};
 use ringleader_store::StoreClient;
 use ringleader_transport::stream_copy::{copy_streaming, STREAM_MIN_BUFFER};
-use ringleader_transport::{AnyLink, Buf, Deadline, Driver, OpInfo, Region, Watch};
+use ringleader_transport::{AnyLink, Buf, Driver, OpInfo, Region, Watch};
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -160,13 +160,9 @@ pub(crate) struct Shared {
     pub current: crate::running::Running,
     /// Hard timeout of the running operation, in ms.
     pub op_timeout_ms: AtomicU64,
-    /// A collective's hard timeout, and the same in ms (a monitored
-    /// barrier's may be longer).
-    coll_timeout_ms: u64,
-    /// A collective's deadline: counted from its run's first sleep, the
-    /// watchdog bounds it by its timeout, and this is the backstop should
-    /// the watchdog not.
-    coll_deadline: Deadline,
+    /// A collective's timeout and deadline (a monitored barrier's may be
+    /// longer), for the calls that run inline.
+    coll: watchdog::CollBounds,
     pub destroyed: AtomicBool,
     /// Calls in flight on the caller side (submitting, or waiting for a
     /// synchronous operation), which destroying waits for.
@@ -266,8 +262,7 @@ impl Shared {
             peers,
             current: crate::running::Running::default(),
             op_timeout_ms: AtomicU64::new(cfg.timeout.as_millis() as u64),
-            coll_timeout_ms: watchdog::op_timeout(cfg.timeout, None).as_millis() as u64,
-            coll_deadline: Deadline::AfterFirstSleep(watchdog::op_timeout(cfg.timeout, None) + watchdog::BACKSTOP),
+            coll: watchdog::CollBounds::new(cfg.timeout),
             destroyed: AtomicBool::new(false),
             inflight: std::sync::atomic::AtomicUsize::new(0),
             inflight_lock: Mutex::new(()),
@@ -499,7 +494,7 @@ impl Shared {
         let (record, at) = self.fr.begin_started(seq);
         let Exec { links, driver, known, scratch, .. } = x;
         let k = known.get(i);
-        self.op_timeout_ms.store(self.coll_timeout_ms, Ordering::Relaxed);
+        self.op_timeout_ms.store(self.coll.timeout_ms, Ordering::Relaxed);
         self.current.set_words(Some((seq, k.words)));
         // Written while the first frames travel, else before anything else
         // is recorded of it (see `Job::unwritten`).
@@ -523,7 +518,7 @@ impl Shared {
             let op = OpInfo { seq, fingerprint: k.fp, checks: self.cfg.checks };
             let watch = Watch {
                 abort: &self.abort,
-                deadline: self.coll_deadline,
+                deadline: self.coll.deadline,
                 awaited: &self.awaited,
                 under_way: Some(&write),
             };
@@ -792,9 +787,9 @@ impl Shared {
         };
         let Exec { links, driver, known, scratch, .. } = x;
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks: self.cfg.checks };
-        // Counted from the run's first sleep: the watchdog bounds the
-        // operation by its timeout; this is the backstop should it not.
-        let deadline = Deadline::AfterFirstSleep(job.timeout + watchdog::BACKSTOP);
+        // The watchdog bounds the operation by its timeout; this is the
+        // backstop should it not.
+        let deadline = watchdog::deadline(job.timeout);
         let write = || self.write_record(job);
         let watch = Watch { abort: &self.abort, deadline, awaited: &self.awaited, under_way: Some(&write) };
         run_plan(self.world, driver, links, scratch, known.get(i), (job.io, job.io_ro, job.out), &op, &watch)?;

@@ -15,6 +15,7 @@
 //! Every margin of the runtime lives here, with the reason for its size.
 
 use ringleader_core::Fingerprint;
+use ringleader_transport::Deadline;
 use std::time::Duration;
 
 /// How long after an operation's timeout the data plane gives up on its
@@ -33,6 +34,30 @@ pub(crate) fn op_timeout(timeout: Duration, barrier: Option<Duration>) -> Durati
     match barrier {
         Some(b) => timeout.max(b + BARRIER_MARGIN),
         None => timeout,
+    }
+}
+
+/// The data plane's deadline for an operation of hard timeout `timeout`:
+/// a [`BACKSTOP`] after it, counted from the run's first sleep (a run that
+/// never sleeps reads no clock for it).
+pub(crate) fn deadline(timeout: Duration) -> Deadline {
+    Deadline::AfterFirstSleep(timeout + BACKSTOP)
+}
+
+/// A collective's bounds, worked out once per communicator for the calls
+/// that run inline: its hard timeout in ms (as the monitor reads it) and
+/// the data plane's [`deadline`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CollBounds {
+    pub timeout_ms: u64,
+    pub deadline: Deadline,
+}
+
+impl CollBounds {
+    /// The bounds of a collective under the communicator's `timeout`.
+    pub(crate) fn new(timeout: Duration) -> CollBounds {
+        let t = op_timeout(timeout, None);
+        CollBounds { timeout_ms: u64::try_from(t.as_millis()).unwrap_or(u64::MAX), deadline: deadline(t) }
     }
 }
 
