@@ -444,7 +444,7 @@ fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     // for their polling budget, and hand over, whose frames then go
     // through the ring. Rank 1's boxed runs take the cells, then find the
     // next frame in the ring and hand over too.
-    const PLANS: usize = 24;
+    const PLANS: usize = 3 * crate::shm::CELLS_PER_RING;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-handover", [None, None]);
     let ta = a.traffic();
     let t = std::thread::spawn(move || {
@@ -469,7 +469,7 @@ fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring
     // root that runs ahead of its receiver stays on the fastbox path.
     // Rank 1 has not run yet (it has published no CPU), so the check for
     // a peer sharing the core cannot cut the wait short.
-    const PLANS: usize = 24;
+    const PLANS: usize = 3 * crate::shm::CELLS_PER_RING;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-cellwait", [None, None]);
     let ta = a.traffic();
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -501,7 +501,7 @@ fn ranks_sharing_cores_send_through_the_ring_when_cells_run_out() {
     // Yielding (more ranks than cores): no wait for a cell; the plans
     // after the first CELLS go through the ring at once, though nobody
     // reads them yet.
-    const PLANS: usize = 24;
+    const PLANS: usize = 3 * crate::shm::CELLS_PER_RING;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-yieldring", [None, None]);
     let ta = a.traffic();
     let mut s = side_idle(0, a, wa, Idle::Yield(Duration::from_secs(60)));

@@ -21,8 +21,8 @@ pub(super) const LINE: usize = 64;
 pub(super) const HEADER_BYTES: usize = LINE;
 pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
 /// Bumped with every change of the layout (002: fastboxes; 003: the CPU
-/// beside the doorbell, fastbox cells of 4 KiB).
-pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3033; // "RLSHM003"
+/// beside the doorbell, fastbox cells of 4 KiB; 004: 32 cells per ring).
+pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3034; // "RLSHM004"
 
 /// The futex word and sleeper count a rank waits on, and what its peers
 /// need to read its memory directly (its pid, and where a nonce lies).
@@ -87,8 +87,12 @@ pub(super) struct Cell {
 }
 
 /// Fastbox cells per ring: a writer runs out only when it is this many
-/// small frames ahead of its reader (it then writes to the ring).
-pub(super) const CELLS: usize = 8;
+/// small frames ahead of its reader (it then waits for one or writes to
+/// the ring). A broadcast's root runs ahead of its receivers, and the
+/// further it can, the less often it stalls on one of them
+/// (docs/perf/express-2026-12-06.md has the measurements); the cells cost
+/// 130 KiB per ring, beside its 2 MiB.
+pub(super) const CELLS: usize = 32;
 /// Bytes of one cell: 4 KiB of payload and the header's line (a frame of
 /// a few hundred bytes to a few kilobytes then costs its lines too, not
 /// a ring frame's bookkeeping).
