@@ -427,23 +427,49 @@ impl Shared {
             let (done, _) = self.enqueue(req)?;
             return self.wait_bounded(&done);
         }
+        let claim = self.claimed()?;
+        // SAFETY: the claim is held until `claim` drops, after this use.
+        #[allow(unsafe_code)]
+        let x = unsafe { self.held() };
+        let (seq, now) = self.sched.number();
+        self.run_numbered(claim, x, req, req.fp.words(), (seq, now), None)
+    }
+
+    /// The claim this thread just took, once the communicator is known not
+    /// to have failed (else given up, and the failure returned).
+    #[inline(always)]
+    fn claimed(&self) -> Result<Claim<'_>> {
         let claim = Claim(self);
         crate::stacks::note_caller();
         if let Some(f) = self.failure.get() {
             return Err(f);
         }
-        let words = req.fp.words();
-        let (seq, now) = self.sched.number();
+        Ok(claim)
+    }
+
+    /// Runs claimed operation `req` (fingerprint `words`, numbered `seq`)
+    /// as a job on this thread, or, when an operation was queued before
+    /// it took its number (`now` false), queues it behind and waits.
+    /// `known`: where its shape is kept, if looked up.
+    fn run_numbered(
+        &self,
+        claim: Claim<'_>,
+        x: &mut Exec,
+        req: &Submission,
+        words: [u64; 2],
+        (seq, now): (u64, bool),
+        known: Option<usize>,
+    ) -> Result<()> {
         if !now {
             std::mem::forget(claim);
             return self.queue_behind(req, words, seq);
         }
         let (record, at) = self.fr.begin_started(seq);
-        let job = self.job(req, words, seq, record, Some(at));
-        // SAFETY: the claim is held until `claim` drops, after this use.
-        #[allow(unsafe_code)]
-        let x = unsafe { self.held() };
-        self.execute(&job, x)
+        let mut job = self.job(req, words, seq, record, Some(at));
+        job.known = known;
+        let r = self.execute(&job, x);
+        drop(claim);
+        r
     }
 
     /// Runs synchronous collective `call`, of shape `key`, on this thread,
@@ -451,11 +477,7 @@ impl Shared {
     /// out before (`known.rs`), its buffers checked; given up when done.
     /// The path of every repeated small collective.
     pub(crate) fn run_claimed(&self, call: &Call, key: CallKey) -> Result<()> {
-        let claim = Claim(self);
-        crate::stacks::note_caller();
-        if let Some(f) = self.failure.get() {
-            return Err(f);
-        }
+        let claim = self.claimed()?;
         // SAFETY: the claim is held until `claim` drops, after every use
         // (or is handed to the queue, after the last use).
         #[allow(unsafe_code)]
@@ -475,14 +497,7 @@ impl Shared {
         let (io, io_ro, out) = buffers(k.op(), call);
         let req = Submission { task: Task::Coll(k.coll), fp: k.fp, io, io_ro, out, site: call.site, key: Some(key) };
         let words = k.words;
-        if !now {
-            std::mem::forget(claim);
-            return self.queue_behind(&req, words, seq);
-        }
-        let (record, at) = self.fr.begin_started(seq);
-        let mut job = self.job(&req, words, seq, record, Some(at));
-        job.known = Some(i);
-        self.execute(&job, x)
+        self.run_numbered(claim, x, &req, words, (seq, now), Some(i))
     }
 
     /// An express run: claimed call `call`, numbered `seq`, of kept shape
@@ -498,11 +513,11 @@ impl Shared {
         self.current.set_words(Some((seq, k.words)));
         // Written while the first frames travel, else before anything else
         // is recorded of it (see `Job::unwritten`).
+        let started = || Started { fp: k.fp, words: k.words, seq, p2p_seq: 0, at, site: call.site };
         let unwritten = Cell::new(true);
         let write = || {
             if unwritten.replace(false) {
-                let s = Started { fp: k.fp, words: k.words, seq, p2p_seq: 0, at, site: call.site };
-                self.fr.write_started(record, s);
+                self.fr.write_started(record, started());
             }
         };
         // The run's error, if it fails (the closure returns nothing, so
@@ -534,8 +549,7 @@ impl Shared {
                 // A run that never waited left its record for now: written
                 // whole, in one go.
                 if unwritten.get() {
-                    let s = Started { fp: k.fp, words: k.words, seq, p2p_seq: 0, at, site: call.site };
-                    self.fr.write_completed(record, s, ran);
+                    self.fr.write_completed(record, started(), ran);
                 } else {
                     self.fr.completed_after(record, seq, ran);
                 }

@@ -1,30 +1,81 @@
 //! Express runs: a boxed plan (every frame fits a fastbox, see `boxed.rs`)
-//! compiled once into a straight line of sends and receives, for the
-//! caller that runs the same small collective again and again and keeps
-//! the compiled form with its plan (the runtime does, per distinct call).
+//! compiled once into a straight line of sends and receives, run again
+//! and again: by [`Driver::run`] for the last plan it saw, and by a caller
+//! that keeps the compiled form with each of its plans (the runtime does,
+//! per distinct call).
 //!
-//! A boxed run works out on every call which of its sends and receives may
-//! move next (two bit masks walked round after round), and `Driver::run`
-//! around it sizes, encodes and checks what a repeated call already had.
-//! At a few bytes that bookkeeping costs more than the frames. Compiled,
-//! the plan's items are put once in an order that keeps every dependency
+//! The plan's items are put once in an order that keeps every dependency
 //! (each channel's order, a send after the receive it forwards, a receive
 //! after the send it waits for), so a run takes them one after the other:
 //! a send goes whole into the peer's cell, a receive is taken whole from
-//! ours, each checked and landed exactly as the general loop would.
+//! ours, each checked and landed exactly as the general loop would (the
+//! same frame tags, header checks and errors). Working out on every call
+//! which item may move next, as the general loop does, costs more than
+//! frames of a few bytes.
 //!
 //! Whatever falls outside that hands over to the general loop with what is
-//! done so far, as a boxed run does: a frame that arrives in the ring, no
-//! free cell while ranks share cores, a wait longer than the polling
-//! budget. Sleeping, deadlines and publishing the awaited peers stay the
-//! general loop's.
+//! done so far: a frame that arrives in the ring (the peer had no free
+//! cell), no free cell while ranks share cores, a wait longer than the
+//! polling budget. Sleeping, deadlines and publishing the awaited peers
+//! stay the general loop's. With a core per rank, a send that finds no
+//! free cell waits for one within that same polling budget rather than
+//! take the ring at once: a rooted collective's root that went on through
+//! the ring would stay ahead of its receivers, and every frame after it
+//! would take the ring's slower path on both sides.
 
-use super::boxed::{bit, fits, steps};
 use super::wait::{Idle, IdleSpan};
 use super::{fastbox, Driver, Links, Watch};
+use crate::link::FASTBOX_MAX;
 use crate::plan::{Buf, OpInfo, Plan, RecvItem, SendItem};
 use ringleader_core::fault::{self, Point};
 use ringleader_core::{Rank, Result};
+
+/// The most sends (and the most receives) a boxed plan has: their done
+/// flags are the bits of one word.
+const MAX_ITEMS: usize = 64;
+
+/// Where a send or receive of a boxed plan stands on its channel.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// Its frame tag: its place among its channel's sends (or receives).
+    tag: u32,
+    /// The send (receive) before it on its channel, which goes first.
+    prev: Option<u32>,
+}
+
+/// Whether every frame of `plan` fits a fastbox of its link.
+fn fits(links: &mut Links, plan: &Plan, streams: usize) -> bool {
+    if plan.sends.len() > MAX_ITEMS || plan.recvs.len() > MAX_ITEMS || plan.sends.len() + plan.recvs.len() == 0 {
+        return false;
+    }
+    let chans =
+        plan.sends.iter().map(|s| (s.chan, s.region.len)).chain(plan.recvs.iter().map(|r| (r.chan, r.region.len)));
+    for (chan, len) in chans {
+        let stream = chan.stream as usize;
+        let Some(link) = links.get_mut(chan.peer).and_then(|l| l.get_mut(stream)) else { return false };
+        if stream >= streams || len > FASTBOX_MAX || link.fastbox().is_none_or(|fb| len > fb.capacity()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The tags and channel order of items on `chans` (in plan order).
+fn positions(chans: impl Iterator<Item = (usize, u16)>) -> Vec<Position> {
+    let chans: Vec<(usize, u16)> = chans.collect();
+    (0..chans.len())
+        .map(|i| {
+            let mut before = chans[..i].iter().enumerate().filter(|(_, c)| **c == chans[i]);
+            Position { tag: before.clone().count() as u32, prev: before.next_back().map(|(j, _)| j as u32) }
+        })
+        .collect()
+}
+
+/// Bit `i`.
+#[inline]
+pub(super) fn bit(i: u32) -> u64 {
+    1u64 << i
+}
 
 /// One step of a compiled run: plan send (or receive) `item`, frame `tag`
 /// of its channel, with the plan's item copied in (a run reads nothing
@@ -63,6 +114,12 @@ pub struct Express {
 }
 
 impl Express {
+    /// Makes `words` the fingerprint its frames carry: a plan
+    /// [`Driver::run`] compiled may run with calls of other fingerprints.
+    pub(super) fn set_words(&mut self, words: [u64; 2]) {
+        self.words = words;
+    }
+
     /// Whether this was compiled for `plan` over `links`.
     #[inline]
     fn is_for(&self, links: &Links, plan: &Plan) -> bool {
@@ -74,8 +131,8 @@ impl Express {
 /// that may go, then the first receive that may come, and again; `None`
 /// when some item can never move (not a plan a rank can run).
 fn order(plan: &Plan) -> Option<Vec<Step>> {
-    let sends = steps(plan.sends.iter().map(|s| (s.chan.peer, s.chan.stream)));
-    let recvs = steps(plan.recvs.iter().map(|r| (r.chan.peer, r.chan.stream)));
+    let sends = positions(plan.sends.iter().map(|s| (s.chan.peer, s.chan.stream)));
+    let recvs = positions(plan.recvs.iter().map(|r| (r.chan.peer, r.chan.stream)));
     let (mut sent, mut got) = (vec![false; sends.len()], vec![false; recvs.len()]);
     let mut out = Vec::with_capacity(sends.len() + recvs.len());
     while out.len() < sends.len() + recvs.len() {
@@ -108,12 +165,12 @@ impl Driver {
     /// Compiles `plan`, the plan of the calls whose fingerprint is
     /// `words` ([`ringleader_core::Fingerprint::words`]), for express runs
     /// over `links`; `None` when some frame of it does not fit a fastbox of
-    /// its link (run it with [`Driver::run`]). Also sizes the general
-    /// loop's scratch for it, so that a run that hands over allocates
-    /// nothing.
+    /// its link ([`Driver::run`] runs it through the general loop). Also
+    /// sizes the general loop's scratch for it, so that a run that hands
+    /// over allocates nothing.
     pub fn express(&mut self, links: &mut Links, plan: &Plan, words: [u64; 2]) -> Option<Express> {
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
-        if !fits(links, plan, streams) || plan.sends.len() > 64 || plan.recvs.len() > 64 {
+        if !fits(links, plan, streams) {
             return None;
         }
         let steps = order(plan)?;
@@ -159,8 +216,8 @@ impl Driver {
                             break true;
                         }
                         // Every cell to this peer is full. With a core
-                        // each, wait for the peer to free one (as a boxed
-                        // run does); sharing cores, go on through the ring.
+                        // each, wait for the peer to free one (see the
+                        // module docs); sharing cores, go on through the ring.
                         self.under_way(&mut under_way);
                         if !matches!(self.idle, Idle::Spin(_)) || !self.express_idle(&mut idle, watch, s.chan.peer)? {
                             break false;

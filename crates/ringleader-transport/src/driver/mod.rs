@@ -26,11 +26,12 @@
 //!   ([`say_goodbye`]);
 //! - `single_copy.rs` and `splice.rs`: the two zero-copy protocols;
 //! - `fastbox.rs`: small frames whole in a link's fastbox;
-//! - `boxed.rs`: plans whose every frame fits a fastbox, run without the
-//!   per-channel machinery (handing over to the scheduler when they must
-//!   wait long or a frame takes the stream);
+//! - `boxed.rs`: plans whose every frame fits a fastbox: which qualify,
+//!   and the scheduler's state when their run hands over to it;
 //! - `express.rs`: such plans compiled once into a straight line of
-//!   sends and receives ([`Express`]), for a caller that repeats a call;
+//!   sends and receives ([`Express`]) and run without the per-channel
+//!   machinery (handing over to the scheduler when they must wait long or
+//!   a frame takes the stream);
 //! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
 //! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
 //!   thread: one point-to-point frame moved a piece at a time
@@ -169,7 +170,8 @@ pub struct Driver {
     runs: u32,
     /// The peers last published as awaited (what `awaited` holds from us).
     published: smallvec::SmallVec<[Rank; 8]>,
-    /// Boxed runs (see `boxed.rs`), and the run's fingerprint as fastbox
+    /// The last plan compiled for express runs (see `boxed.rs`), and the
+    /// run's fingerprint as fastbox
     /// frames carry it.
     boxed: boxed::Boxed,
     /// The largest plan the scratch above is sized for: (channels, sends,
@@ -273,25 +275,22 @@ impl Driver {
         op: &OpInfo,
         watch: &Watch<'_>,
     ) -> Result<()> {
+        self.boxed.encode(&op.fingerprint);
+        // A plan whose frames all fit fastboxes runs as an express run
+        // (see `boxed.rs`).
+        if let Some(x) = self.compiled(links, plan) {
+            let result = self.run_express(links, bufs, plan, &x, op, watch);
+            self.keep_compiled(x);
+            return result;
+        }
         ringleader_core::fault::check(ringleader_core::fault::Point::Driver, op.seq);
         let streams = links.iter().map(Vec::len).max().unwrap_or(1).max(1);
         let nchans = links.len() * streams;
-        self.boxed.encode(&op.fingerprint);
         self.runs = self.runs.wrapping_add(1);
         self.spun = Some(0);
         self.active.clear();
-        self.fit(nchans, plan);
-        let result = match self.run_boxed(links, bufs, plan, op, watch, streams) {
-            Some(boxed::Outcome::Done(r)) => r,
-            Some(boxed::Outcome::HandOver { sends, recvs }) => {
-                self.take_over(plan, streams, nchans, sends, recvs);
-                self.drive(links, bufs, plan, op, watch, streams)
-            }
-            None => {
-                self.prepare(nchans, streams, plan);
-                self.drive(links, bufs, plan, op, watch, streams)
-            }
-        };
+        self.prepare(nchans, streams, plan);
+        let result = self.drive(links, bufs, plan, op, watch, streams);
         self.finish(links, streams, watch, result)
     }
 
