@@ -91,9 +91,10 @@ pub(super) struct SendPolicy {
     /// Splice socket frames from this size on (`None`: never).
     pub splice_min: Option<usize>,
     /// This rank receives in the current plan. Only then may its sends go
-    /// single-copy: a rank that only sends (a broadcast's root) is idle
-    /// otherwise, so its copy into the ring is free and overlaps the
-    /// reader's copy out, which beats one copy done by the reader alone.
+    /// single-copy or spliced: a rank that only sends (a broadcast's root)
+    /// is idle otherwise, so its copy into the ring or socket is free and
+    /// overlaps the reader's copy out, which beats one copy done by the
+    /// reader alone (and a spliced send would hold it until acknowledged).
     busy: bool,
     /// Sends a receive of this rank waits for (`after_send`): they always
     /// go through the ring, since a single-copy send completes only when
@@ -130,7 +131,10 @@ impl SendPolicy {
             return Payload::SingleCopy;
         }
         let written = self.written & 1u64.checked_shl(region.buf as u32).unwrap_or(u64::MAX) != 0;
-        if !written && splice::allowed(link, self.splice_min, region.len) {
+        // A rank that only sends (a broadcast's root) copies into the socket
+        // for free, and then need not wait for the receiver's word: it runs
+        // ahead into its next call while the receiver copies out.
+        if self.busy && !written && splice::allowed(link, self.splice_min, region.len) {
             return Payload::Spliced;
         }
         Payload::Inline
