@@ -10,6 +10,8 @@
 //!   the protocol written against a small trait that the `ibverbs` binding
 //!   and a software model of the queues both implement;
 //! - [`link`]: one ordered stream to one peer, whatever it is made of;
+//! - [`cpu`]: where a rank's thread runs, and moving it off a core it
+//!   shares with a peer it waits for;
 //! - [`plane`]: setting up the data plane over the TCP mesh (shared memory
 //!   for ranks on one host) and splitting each pair's links into the
 //!   collectives' streams and the send/recv lane;
@@ -58,11 +60,13 @@
 //! past that holds two concepts.
 // Unsafe code is confined to the shared-memory module (mapped memory
 // shared with other processes), the streaming copy (SIMD intrinsics), the
-// verbs binding (rdma::ibv) and sending by reference (`Splice::try_splice`,
-// whose contract the one call in `driver/splice.rs` argues);
+// verbs binding (rdma::ibv), sending by reference (`Splice::try_splice`,
+// whose contract the one call in `driver/splice.rs` argues) and asking
+// glibc for the current CPU (`cpu::current`);
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
+pub mod cpu;
 pub mod driver;
 pub mod frame;
 pub mod hello;

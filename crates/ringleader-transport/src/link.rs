@@ -16,7 +16,11 @@
 //! - [`Fastbox`]: a small frame can travel whole in a fastbox beside the
 //!   stream, in its place in the stream's order (shared memory: a cell of
 //!   a cache line or two that the receiver polls; a plain type, not a
-//!   trait, since a small frame cannot afford more indirect calls).
+//!   trait, since a small frame cannot afford more indirect calls);
+//! - [`Link::peer_cpu`]: the CPU the peer last sent from (a TCP
+//!   connection over loopback, whose segments the kernel handles on the
+//!   sender's CPU), so that a waiting rank can tell it shares a core with
+//!   the peer it waits for (see [`crate::cpu`]).
 //!
 //! An algorithm sees none of this: it plans "send these bytes to rank r,
 //! receive into this range from rank s" ([`crate::plan`]), the seam gloo
@@ -118,6 +122,13 @@ pub trait Link: Send + fmt::Debug {
     /// Capability: small frames whole in a fastbox beside the stream
     /// (see [`Fastbox`]).
     fn fastbox(&mut self) -> Option<&mut Fastbox> {
+        None
+    }
+
+    /// Capability: the CPU the peer last ran on as it sent on this link,
+    /// where the transport can tell; `None` elsewhere. Meaningful only for
+    /// a peer on this host (the driver asks for no other).
+    fn peer_cpu(&self) -> Option<u32> {
         None
     }
 }

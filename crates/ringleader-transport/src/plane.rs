@@ -105,6 +105,7 @@ pub fn attach_shm(
 ) -> Result<(Plane, Option<Waiter>)> {
     let local = local_ranks(peers, cfg.rank);
     driver.set_idle(Idle::for_local_ranks(local.len()));
+    driver.set_local(cfg.rank, &local);
     driver.set_splice_min(cfg.tcp_splice);
     match cfg.transport {
         TransportKind::Tcp => return Ok((Plane::Tcp, None)),

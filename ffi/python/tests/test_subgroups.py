@@ -19,10 +19,10 @@ def torchrun(scenario, limit=120, monitor_interval=3, env=None):
     tr = torchrun_bin()
     if tr is None:
         pytest.skip("torchrun not found")
-    # torchrun tears the job down up to this long after a rank exits; its
-    # default (0.1 s) can kill the survivors before they report, when the
-    # first to report exits at once and the machine delays the others
-    # (seen in full suite runs for the mismatch and the skip scenarios).
+    # torchrun tears the job down up to this long after a rank fails; its
+    # default (0.1 s) can kill the survivors of the killed rank before they
+    # report. (Ranks that report an error then exit 0, so that their
+    # reports never race the teardown: see scripts/subgroups.py.)
     argv = [tr, "--nproc_per_node=4", f"--master_port={free_port()}", f"--monitor-interval={monitor_interval}"]
     argv += [str(SCRIPTS / "subgroups.py"), scenario]
     return launch(argv, limit=limit, env=env).finish()

@@ -23,10 +23,11 @@
 //! the ring would stay ahead of its receivers, and every frame after it
 //! would take the ring's slower path on both sides.
 
-use super::wait::{Idle, IdleSpan};
+use super::wait::{Doorbells, Idle, IdleSpan, Whereabouts};
 use super::{fastbox, Driver, Links, Watch};
 use crate::link::FASTBOX_MAX;
 use crate::plan::{Buf, OpInfo, Plan, RecvItem, SendItem};
+use crate::shm::Waiter;
 use ringleader_core::fault::{self, Point};
 use ringleader_core::{Rank, Result};
 
@@ -264,7 +265,9 @@ impl Driver {
     #[inline]
     fn express_idle(&self, idle: &mut IdleSpan, watch: &Watch<'_>, peer: Rank) -> Result<bool> {
         watch.abort.check()?;
-        Ok(self.idle(idle, true, |waiter, cpu| waiter.peer_on(peer, cpu)))
+        let bells =
+            self.waiter.as_ref().map(|waiter| Doorbells { waiter, awaited: |w: &Waiter, cpu| w.peer_on(peer, cpu) });
+        Ok(self.idle(idle, bells.as_ref().map(|b| b as &dyn Whereabouts)))
     }
 
     /// The general loop runs the rest of an express run, which did the

@@ -63,7 +63,7 @@ mod tests;
 pub use express::Express;
 pub use frame_io::say_goodbye;
 pub use wait::Idle;
-use wait::IdleSpan;
+use wait::{Doorbells, IdleSpan, Sockets, Whereabouts};
 
 use crate::link::{AnyLink, Wake};
 use crate::plan::{Buf, Chan, OpInfo, Plan};
@@ -157,6 +157,9 @@ pub struct Driver {
     policy: SendPolicy,
     /// This rank's shared-memory doorbell, when it has local peers.
     waiter: Option<Waiter>,
+    /// The other ranks on this host, sorted: where they run tells whether
+    /// a wait shares its core with them (see `wait.rs`).
+    local: Vec<Rank>,
     /// What to do before sleeping when no link can move.
     idle: Idle,
     /// The current or last run's idle time while it has not slept (see
@@ -256,6 +259,20 @@ impl Driver {
         if let Some(t) = &mut self.spun {
             *t = t.saturating_add(u64::try_from(span.lasted().as_nanos()).unwrap_or(u64::MAX));
         }
+    }
+
+    /// The ranks on this host (this rank, `me`, among them or not): a
+    /// rank that waits for one of them over a socket checks whether they
+    /// share a core (see [`Idle`]), as it does over shared memory.
+    ///
+    /// ```
+    /// let mut d = ringleader_transport::Driver::new();
+    /// d.set_local(1, &[0, 1, 2, 3]);
+    /// ```
+    pub fn set_local(&mut self, me: Rank, ranks: &[Rank]) {
+        self.local = ranks.iter().copied().filter(|&r| r != me).collect();
+        self.local.sort_unstable();
+        self.local.dedup();
     }
 
     /// Lets the driver wait on shared-memory links: [`Idle`] a while, then
@@ -411,7 +428,19 @@ impl Driver {
             let awaited = |waiter: &Waiter, cpu: u32| {
                 self.active.iter().any(|&ci| !self.chans[ci].finished() && waiter.peer_on(ci / streams, cpu))
             };
-            if self.idle(&mut idle, shm_only, awaited) {
+            let (bells, sockets);
+            let near: Option<&dyn Whereabouts> = match &self.waiter {
+                Some(waiter) if shm_only => {
+                    bells = Doorbells { waiter, awaited };
+                    Some(&bells)
+                }
+                _ if !shm_only && !self.local.is_empty() => {
+                    sockets = Sockets { driver: self, links, streams };
+                    Some(&sockets)
+                }
+                _ => None,
+            };
+            if self.idle(&mut idle, near) {
                 continue;
             }
             self.spun = None;

@@ -512,3 +512,75 @@ fn ranks_sharing_cores_send_through_the_ring_when_cells_run_out() {
     receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(60));
     assert_eq!(ta.boxes_taken(), crate::shm::CELLS_PER_RING as u64);
 }
+
+/// Runs `f` on a thread of its own whose mask is `cpus` alone.
+fn on_cpus<T: Send>(cpus: &[usize], f: impl FnOnce() -> T + Send) -> T {
+    use rustix::thread::{sched_setaffinity, CpuSet};
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut set = CpuSet::new();
+            cpus.iter().for_each(|&c| set.set(c));
+            sched_setaffinity(None, &set).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// Whether a rank that waits over loopback TCP for a peer running on its
+/// own core (pinned there) tries to move off it, when its driver knows the
+/// peer is on this host (`local`) or does not.
+fn tries_to_move_off_a_shared_core(local: bool) -> bool {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity};
+    let mask = sched_getaffinity(None).unwrap();
+    let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)).collect();
+    let (a, b) = crate::tcp::test_pair();
+    let shared = cpus[0];
+    // Rank 0 sends, rank 1 (this rank) receives.
+    let peer = std::sync::Mutex::new(tcp_side(0, a));
+    let mut me = tcp_side(1, b);
+    me.driver.set_idle(Idle::Spin(wait::SPIN));
+    if local {
+        me.driver.set_local(1, &[0, 1]);
+    }
+    // A few tries: another test's thread on the shared core may get this
+    // one moved by the scheduler before it waits there.
+    for _ in 0..5 {
+        std::thread::scope(|s| {
+            // The peer sends from the shared core alone, late enough that
+            // this rank waits for it there.
+            s.spawn(|| {
+                on_cpus(&[shared], || {
+                    let mut peer = peer.lock().unwrap();
+                    send_frames(&mut peer, 1, Duration::from_secs(10), || {});
+                    std::thread::sleep(Duration::from_millis(20));
+                    send_frames(&mut peer, 1, Duration::from_secs(10), || {});
+                })
+            });
+            on_cpus(&[shared], || receive_frames(&mut me, 1, Duration::from_secs(10)));
+            // On the shared core, now free to go elsewhere.
+            on_cpus(&[shared], || {
+                sched_setaffinity(None, &mask).unwrap();
+                let plan = one_frame(0, false);
+                let mut got = [0u8; 8];
+                me.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
+            });
+        });
+        if me.driver.moved.get().is_some() {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn a_rank_waiting_over_loopback_tcp_on_its_peers_core_moves_off() {
+    let cpus = rustix::thread::sched_getaffinity(None).unwrap().count();
+    if cpus < 2 {
+        eprintln!("skipped: one CPU allowed, nowhere to move");
+        return;
+    }
+    assert!(tries_to_move_off_a_shared_core(true), "it waited on its peer's core and stayed");
+    assert!(!tries_to_move_off_a_shared_core(false), "it moved for a peer not known to be on this host");
+}

@@ -34,9 +34,15 @@ pub const SPIN: Duration = Duration::from_micros(50);
 /// 60 us to 13 us (4 ranks) and from 5.6 ms to 48 us (8 ranks) against
 /// sleeping at once; 1-16 MiB did not get slower.
 pub const YIELD: Duration = Duration::from_micros(20);
-/// How long an idle wait on shared memory alone spins before it checks
-/// whether the peer it waits for shares its core (see [`Driver::idle`]).
+/// How long an idle wait spins before it checks whether the peer it waits
+/// for shares its core (see [`Driver::idle`]).
 const SPIN_ALONE: Duration = Duration::from_micros(2);
+/// How long an idle wait on sockets to peers on this host polls before it
+/// asks the kernel where those peers last ran (see [`Driver::idle`]): a
+/// loopback frame from a peer on another core arrives within a few
+/// microseconds, and asking costs a system call per link, so only a wait
+/// that outlasts this asks, and once.
+const SOCKET_ALONE: Duration = Duration::from_micros(10);
 /// How often a rank at most tries to move itself off a core it shares with
 /// a peer it waits for (see [`Driver::idle`]): a move costs a migration,
 /// tens of microseconds, so a scheduler that keeps putting the two back
@@ -148,6 +154,9 @@ pub(super) struct IdleSpan {
     lasted: Duration,
     /// Passes since the last read; `None`: read on the next pass.
     unread: Option<u32>,
+    /// Whether the stretch has asked where its peers run, for waits that
+    /// ask once (see [`Whereabouts::asks`]).
+    asked: bool,
 }
 
 /// What a waiting rank sleeps on: the descriptors to poll (the first
@@ -205,52 +214,132 @@ impl<'a> Sleeper<'a> {
     }
 }
 
+/// Where the peers an idle wait is for last ran, as far as this rank can
+/// tell (see [`Driver::idle`]).
+pub(super) trait Whereabouts {
+    /// How long a wait polls before it asks where its peers run, and
+    /// whether it asks again at every later clock read (or once).
+    fn asks(&self) -> (Duration, bool);
+    /// The CPU this rank runs on now, published where its peers read it
+    /// if they do.
+    fn here(&self) -> u32;
+    /// Whether a peer the wait is for last ran on `cpu`.
+    fn awaited_on(&self, cpu: u32) -> bool;
+    /// Moves this rank off `cpu`, to a CPU no local rank last ran on;
+    /// whether it moved.
+    fn move_off(&self, cpu: u32) -> bool;
+}
+
+/// Peers in shared memory: each publishes its CPU beside its doorbell.
+pub(super) struct Doorbells<'a, F: Fn(&Waiter, u32) -> bool> {
+    pub(super) waiter: &'a Waiter,
+    /// Whether a peer the wait is for last ran on the CPU.
+    pub(super) awaited: F,
+}
+
+impl<F: Fn(&Waiter, u32) -> bool> Whereabouts for Doorbells<'_, F> {
+    fn asks(&self) -> (Duration, bool) {
+        // Two atomic loads: ask early, and at every clock read.
+        (SPIN_ALONE, true)
+    }
+
+    fn here(&self) -> u32 {
+        self.waiter.note_cpu()
+    }
+
+    fn awaited_on(&self, cpu: u32) -> bool {
+        (self.awaited)(self.waiter, cpu)
+    }
+
+    fn move_off(&self, cpu: u32) -> bool {
+        self.waiter.move_off(cpu)
+    }
+}
+
+/// Peers on this host behind sockets: the kernel says which CPU last sent
+/// on each ([`Link::peer_cpu`]).
+pub(super) struct Sockets<'a> {
+    pub(super) driver: &'a Driver,
+    pub(super) links: &'a Links,
+    pub(super) streams: usize,
+}
+
+impl Sockets<'_> {
+    /// The CPU the link of channel `ci` (a flat index) last heard from,
+    /// if its peer is on this host.
+    fn peer_cpu(&self, ci: usize) -> Option<u32> {
+        let peer = ci / self.streams;
+        self.driver.local.binary_search(&peer).ok()?;
+        self.links.get(peer)?.get(ci % self.streams)?.peer_cpu()
+    }
+}
+
+impl Whereabouts for Sockets<'_> {
+    fn asks(&self) -> (Duration, bool) {
+        (SOCKET_ALONE, false)
+    }
+
+    fn here(&self) -> u32 {
+        crate::cpu::current()
+    }
+
+    fn awaited_on(&self, cpu: u32) -> bool {
+        let d = self.driver;
+        d.active.iter().any(|&ci| !d.chans[ci].finished() && self.peer_cpu(ci) == Some(cpu))
+    }
+
+    fn move_off(&self, cpu: u32) -> bool {
+        let streams = self.streams;
+        let chans = || self.driver.local.iter().flat_map(move |&peer| (0..streams).map(move |s| peer * streams + s));
+        crate::cpu::move_off(cpu, |c| chans().any(|ci| self.peer_cpu(ci) == Some(c as u32)), |_| {})
+    }
+}
+
 impl Driver {
     /// Polls once more instead of sleeping, per the [`Idle`] policy, in
     /// the idle stretch `span` (begun on its first pass).
     ///
-    /// Ranks that each have a core ([`Idle::Spin`]) and wait on shared
-    /// memory alone also check, at every clock read, whether a peer they
-    /// wait for last waited on their own core (`awaited(waiter, cpu)`,
-    /// through the CPU each rank publishes beside its doorbell): the
-    /// scheduler now and then starts two ranks on one core, and leaves
-    /// them there while both keep running. Spinning there costs each hop
-    /// of a collective the peer's time slice; yielding hands the core over
-    /// at once but keeps both ranks hot on it, so the load balancer never
-    /// moves one (a whole launch of a 2-rank 8-byte all_gather then took
-    /// 5.5 µs per call instead of 0.5). So the rank moves itself to a core
-    /// of its affinity mask that no local rank last ran on
-    /// ([`Waiter::move_off`], at most once per [`MOVE_EVERY`]) and spins
-    /// on there. Where there is none, it sleeps on the doorbell instead,
-    /// which lets the peer run; but the peer's ring then wakes it on the
-    /// peer's own core as often as not, and the two stay together, each
-    /// call paying two wake-ups (10-15 µs per call in whole launches).
-    pub(super) fn idle(
-        &self,
-        span: &mut IdleSpan,
-        shared_memory_only: bool,
-        awaited: impl Fn(&Waiter, u32) -> bool,
-    ) -> bool {
+    /// Ranks that each have a core ([`Idle::Spin`]) also check, at every
+    /// clock read, whether a peer they wait for last ran on their own core
+    /// (`near`: published beside each doorbell in shared memory, or the
+    /// kernel's word on a loopback socket; `None` where nothing tells,
+    /// as for peers on other hosts): the scheduler now and then starts two
+    /// ranks on one core, and leaves them there while both keep running.
+    /// Spinning there costs each hop of a collective the peer's time
+    /// slice; yielding hands the core over at once but keeps both ranks
+    /// hot on it, so the load balancer never moves one (a whole launch of a
+    /// 2-rank 8-byte all_gather then took 5.5 µs per call instead of 0.5
+    /// over shared memory; over loopback TCP each call polled the whole
+    /// budget, then slept, about 57 µs instead of 3.4, for the first
+    /// hundreds of calls of a launch in two of three). So the rank moves
+    /// itself to a core of its affinity mask that no local rank last ran
+    /// on ([`crate::cpu::move_off`], at most once per [`MOVE_EVERY`]) and
+    /// spins on there. Where there is none, it sleeps instead, which lets
+    /// the peer run; but the peer's wake-up then lands on the peer's own
+    /// core as often as not, and the two stay together, each call paying
+    /// two wake-ups (10-15 µs per call in whole launches).
+    pub(super) fn idle(&self, span: &mut IdleSpan, near: Option<&dyn Whereabouts>) -> bool {
         match span.unread {
             Some(n) if n < CLOCK_EVERY => span.unread = Some(n + 1),
             _ => {
                 let now = Instant::now();
                 span.lasted = now.saturating_duration_since(*span.since.get_or_insert(now));
                 span.unread = Some(1);
-                if shared_memory_only && matches!(self.idle, Idle::Spin(_)) {
-                    if let Some(w) = &self.waiter {
-                        let cpu = w.note_cpu();
-                        if span.lasted >= SPIN_ALONE && awaited(w, cpu) {
-                            // Tries are counted, not only moves: where no
-                            // core is free (or the mask cannot be set) a
-                            // try costs system calls on every wait.
-                            if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
-                                return false;
-                            }
-                            self.moved.set(Some(now));
-                            if !w.move_off(cpu) {
-                                return false;
-                            }
+                if let (Some(near), Idle::Spin(_), false) = (near, self.idle, span.asked) {
+                    let (after, again) = near.asks();
+                    let cpu = near.here();
+                    let ask = span.lasted >= after;
+                    span.asked = ask && !again;
+                    if ask && near.awaited_on(cpu) {
+                        // Tries are counted, not only moves: where no core
+                        // is free (or the mask cannot be set) a try costs
+                        // system calls on every wait.
+                        if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
+                            return false;
+                        }
+                        self.moved.set(Some(now));
+                        if !near.move_off(cpu) {
+                            return false;
                         }
                     }
                 }

@@ -43,9 +43,7 @@ impl Waiter {
     /// writes to this rank, and a store would take it from their caches.
     #[inline]
     pub fn note_cpu(&self) -> u32 {
-        // SAFETY: no arguments; glibc answers from the thread's rseq area
-        // (or the vDSO, or the system call), -1 only on failure.
-        let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+        let cpu = crate::cpu::current();
         let published = &self.domain.own.doorbell().cpu;
         if published.load(Ordering::Relaxed) != cpu + 1 {
             published.store(cpu + 1, Ordering::Relaxed);
@@ -64,36 +62,18 @@ impl Waiter {
     }
 
     /// Moves the calling thread off `cpu` (where a peer it waits for runs
-    /// too) to a CPU of its affinity mask that no local rank last ran on,
-    /// then puts the mask back as it was: the thread stays where it was
-    /// moved, and the mask the user or the launcher set is unchanged.
-    /// Whether it moved (not when every allowed CPU is taken, or the mask
-    /// cannot be read or set).
+    /// too) to a CPU of its affinity mask that no local rank last ran on
+    /// ([`crate::cpu::move_off`]), and publishes where it runs then.
+    /// Whether it moved.
     pub fn move_off(&self, cpu: u32) -> bool {
-        use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
-        let Ok(mask) = sched_getaffinity(None) else { return false };
         // This rank's own CPU is `cpu` (its caller has just published it).
         let taken = |c: usize| self.domain.local.iter().any(|&r| self.peer_on(r, c as u32));
-        let Some(target) = (0..CpuSet::MAX_CPU).find(|&c| c != cpu as usize && mask.is_set(c) && !taken(c)) else {
-            return false;
-        };
         // Claimed first: the peer, which runs on `cpu` while this thread
-        // moves, must not see it there still and move to `target` too.
+        // moves, must not see it there still and move to the target too.
         let published = &self.domain.own.doorbell().cpu;
-        published.store(target as u32 + 1, Ordering::Relaxed);
-        let mut one = CpuSet::new();
-        one.set(target);
-        if sched_setaffinity(None, &one).is_err() {
-            self.note_cpu();
-            return false;
-        }
-        // The mask of one CPU must not outlive this call: a second try if
-        // the first fails (the mask was valid a moment ago).
-        if sched_setaffinity(None, &mask).is_err() {
-            let _ = sched_setaffinity(None, &mask);
-        }
+        let moved = crate::cpu::move_off(cpu, taken, |target| published.store(target as u32 + 1, Ordering::Relaxed));
         self.note_cpu();
-        true
+        moved
     }
 
     /// Rings this rank's own doorbell: wakes its sleeping waits (another

@@ -153,6 +153,17 @@ impl Link for TcpLink {
     fn splice(&mut self) -> Option<&mut dyn Splice> {
         Some(self)
     }
+
+    /// `SO_INCOMING_CPU`: the CPU that handled the segment that last
+    /// arrived. Over loopback the kernel handles a segment on the sender's
+    /// CPU, as part of its send; over a network it is where the NIC's
+    /// interrupt went, which says nothing of the peer (hence only for
+    /// peers on this host). `None` before anything arrived.
+    fn peer_cpu(&self) -> Option<u32> {
+        rustix::net::sockopt::socket_incoming_cpu(&self.stream)
+            .ok()
+            .filter(|&c| (c as usize) < rustix::thread::CpuSet::MAX_CPU)
+    }
 }
 
 impl Splice for TcpLink {

@@ -104,3 +104,37 @@ fn an_acceptor_names_the_ranks_that_never_connected() {
     let s = e.to_string();
     assert!(s.contains(&format!("rank 1 cannot reach rank 0 at {me} (seen from rank 0: no connection")), "{s}");
 }
+
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    use rustix::thread::{sched_getaffinity, CpuSet};
+    let mask = sched_getaffinity(None).unwrap();
+    (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)).collect()
+}
+
+#[test]
+fn a_loopback_link_names_the_cpu_its_peer_last_sent_from() {
+    use crate::link::{Link, ReadOutcome};
+    use rustix::thread::{sched_setaffinity, CpuSet};
+    let cpus = allowed_cpus();
+    let (mut a, b) = link::test_pair();
+    let b = std::sync::Mutex::new(b);
+    for &cpu in cpus.iter().take(2) {
+        // The peer sends from `cpu` alone (its own thread's mask).
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut one = CpuSet::new();
+                one.set(cpu);
+                sched_setaffinity(None, &one).unwrap();
+                let mut b = b.lock().unwrap();
+                assert_eq!(b.try_write(&[std::io::IoSlice::new(&[7u8; 8])]).unwrap(), 8);
+            });
+        });
+        let mut got = [0u8; 8];
+        let start = Instant::now();
+        while a.try_read(&mut got).unwrap() == ReadOutcome::WouldBlock {
+            assert!(start.elapsed() < Duration::from_secs(5), "nothing arrived");
+        }
+        assert_eq!(Link::peer_cpu(&a), Some(cpu as u32), "allowed CPUs {cpus:?}");
+    }
+}
