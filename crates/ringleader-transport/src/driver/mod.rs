@@ -168,6 +168,9 @@ pub struct Driver {
     /// When this rank last tried to move itself off a core it shared with
     /// a peer (see `wait.rs`).
     moved: std::cell::Cell<Option<Instant>>,
+    /// Answers in a row, one per asking wait, that a peer shares this
+    /// rank's core (see `wait.rs`).
+    seen_near: std::cell::Cell<u8>,
     /// Runs so far (wrapping), for publishing this rank's CPU on one run
     /// in [`CPU_EVERY`].
     runs: u32,
@@ -404,6 +407,7 @@ impl Driver {
         // Resolved when the run first sleeps (see `Deadline`).
         let mut due: Option<Option<Instant>> = None;
         let shm_only = self.active.iter().all(|&ci| matches!(links[ci / streams][ci % streams].wake(), Wake::Doorbell));
+        let ask_sockets = !shm_only && !self.local.is_empty() && wait::sockets_tell(plan);
         let mut under_way = watch.under_way;
         loop {
             let mut progressed = false;
@@ -434,7 +438,7 @@ impl Driver {
                     bells = Doorbells { waiter, awaited };
                     Some(&bells)
                 }
-                _ if !shm_only && !self.local.is_empty() => {
+                _ if ask_sockets => {
                     sockets = Sockets { driver: self, links, streams };
                     Some(&sockets)
                 }

@@ -544,8 +544,10 @@ fn tries_to_move_off_a_shared_core(local: bool) -> bool {
     if local {
         me.driver.set_local(1, &[0, 1]);
     }
-    // A few tries: another test's thread on the shared core may get this
-    // one moved by the scheduler before it waits there.
+    // A few tries: the rank moves once two of its waits in a row found the
+    // peer on its core (a socket's word may be stale), and another test's
+    // thread on the shared core may get this one moved by the scheduler
+    // before it waits there.
     for _ in 0..5 {
         std::thread::scope(|s| {
             // The peer sends from the shared core alone, late enough that

@@ -220,6 +220,12 @@ pub(super) trait Whereabouts {
     /// How long a wait polls before it asks where its peers run, and
     /// whether it asks again at every later clock read (or once).
     fn asks(&self) -> (Duration, bool);
+    /// How many answers in a row must say that a peer shares this rank's
+    /// core before it moves: 1 where the answer is the peer's own word, 2
+    /// where it may be stale (a peer that moved says so only with the next
+    /// thing it sends, and the rank that waits for it must not follow it
+    /// to its new core).
+    fn confirmations(&self) -> u8;
     /// The CPU this rank runs on now, published where its peers read it
     /// if they do.
     fn here(&self) -> u32;
@@ -243,6 +249,11 @@ impl<F: Fn(&Waiter, u32) -> bool> Whereabouts for Doorbells<'_, F> {
         (SPIN_ALONE, true)
     }
 
+    fn confirmations(&self) -> u8 {
+        // A rank claims its new core before it moves (`Waiter::move_off`).
+        1
+    }
+
     fn here(&self) -> u32 {
         self.waiter.note_cpu()
     }
@@ -264,6 +275,22 @@ pub(super) struct Sockets<'a> {
     pub(super) streams: usize,
 }
 
+/// The largest frame of a plan whose waits ask sockets where their peers
+/// run. A frame this small leaves in its sender's own `send` (one segment
+/// over loopback, whose MSS is 64 KiB), so the kernel handles it on the
+/// sender's CPU. Larger frames partly leave as the receiver's
+/// acknowledgements come back, handled on the receiver's CPU, which would
+/// make every peer seem to share the receiver's core: a 2-rank 1 MiB
+/// all_reduce over TCP then moved both ranks back and forth, each once per
+/// [`MOVE_EVERY`].
+const ASK_MAX: usize = 64 << 10;
+
+/// Whether the waits of `plan` may ask sockets where their peers run (its
+/// frames are all small, see [`ASK_MAX`]).
+pub(super) fn sockets_tell(plan: &Plan) -> bool {
+    plan.sends.iter().all(|s| s.region.len <= ASK_MAX) && plan.recvs.iter().all(|r| r.region.len <= ASK_MAX)
+}
+
 impl Sockets<'_> {
     /// The CPU the link of channel `ci` (a flat index) last heard from,
     /// if its peer is on this host.
@@ -277,6 +304,10 @@ impl Sockets<'_> {
 impl Whereabouts for Sockets<'_> {
     fn asks(&self) -> (Duration, bool) {
         (SOCKET_ALONE, false)
+    }
+
+    fn confirmations(&self) -> u8 {
+        2
     }
 
     fn here(&self) -> u32 {
@@ -314,7 +345,9 @@ impl Driver {
     /// hundreds of calls of a launch in two of three). So the rank moves
     /// itself to a core of its affinity mask that no local rank last ran
     /// on ([`crate::cpu::move_off`], at most once per [`MOVE_EVERY`]) and
-    /// spins on there. Where there is none, it sleeps instead, which lets
+    /// spins on there. A socket's word is trusted only for plans of small
+    /// frames ([`ASK_MAX`]) and only when two waits in a row agree (see
+    /// [`Whereabouts::confirmations`]). Where there is none, it sleeps instead, which lets
     /// the peer run; but the peer's wake-up then lands on the peer's own
     /// core as often as not, and the two stay together, each call paying
     /// two wake-ups (10-15 µs per call in whole launches).
@@ -331,16 +364,23 @@ impl Driver {
                     let ask = span.lasted >= after;
                     span.asked = ask && !again;
                     if ask && near.awaited_on(cpu) {
-                        // Tries are counted, not only moves: where no core
-                        // is free (or the mask cannot be set) a try costs
-                        // system calls on every wait.
-                        if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
-                            return false;
+                        let seen = self.seen_near.get().saturating_add(1);
+                        self.seen_near.set(seen);
+                        if seen >= near.confirmations() {
+                            self.seen_near.set(0);
+                            // Tries are counted, not only moves: where no
+                            // core is free (or the mask cannot be set) a
+                            // try costs system calls on every wait.
+                            if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
+                                return false;
+                            }
+                            self.moved.set(Some(now));
+                            if !near.move_off(cpu) {
+                                return false;
+                            }
                         }
-                        self.moved.set(Some(now));
-                        if !near.move_off(cpu) {
-                            return false;
-                        }
+                    } else if ask {
+                        self.seen_near.set(0);
                     }
                 }
             }
