@@ -49,6 +49,13 @@ pub fn move_off(cpu: u32, taken: impl Fn(usize) -> bool, claim: impl FnOnce(usiz
     true
 }
 
+/// The CPUs the calling thread may run on (for tests that pin threads).
+#[cfg(test)]
+pub(crate) fn allowed() -> Vec<usize> {
+    let mask = sched_getaffinity(None).unwrap();
+    (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,7 +63,7 @@ mod tests {
     #[test]
     fn a_move_keeps_the_mask_and_skips_taken_cpus() {
         let before = sched_getaffinity(None).unwrap();
-        let allowed: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| before.is_set(c)).collect();
+        let allowed = allowed();
         let here = current();
         // Every CPU taken: no move, and no claim.
         assert!(!move_off(here, |_| true, |_| panic!("claimed with nowhere to go")));

@@ -345,12 +345,12 @@ impl Driver {
     /// hundreds of calls of a launch in two of three). So the rank moves
     /// itself to a core of its affinity mask that no local rank last ran
     /// on ([`crate::cpu::move_off`], at most once per [`MOVE_EVERY`]) and
-    /// spins on there. A socket's word is trusted only for plans of small
-    /// frames ([`ASK_MAX`]) and only when two waits in a row agree (see
-    /// [`Whereabouts::confirmations`]). Where there is none, it sleeps instead, which lets
+    /// spins on there. Where there is none, it sleeps instead, which lets
     /// the peer run; but the peer's wake-up then lands on the peer's own
     /// core as often as not, and the two stay together, each call paying
-    /// two wake-ups (10-15 µs per call in whole launches).
+    /// two wake-ups (10-15 µs per call in whole launches). A socket's word
+    /// is trusted only for plans of small frames ([`ASK_MAX`]) and only
+    /// when two waits in a row agree ([`Whereabouts::confirmations`]).
     pub(super) fn idle(&self, span: &mut IdleSpan, near: Option<&dyn Whereabouts>) -> bool {
         match span.unread {
             Some(n) if n < CLOCK_EVERY => span.unread = Some(n + 1),

@@ -105,18 +105,11 @@ fn an_acceptor_names_the_ranks_that_never_connected() {
     assert!(s.contains(&format!("rank 1 cannot reach rank 0 at {me} (seen from rank 0: no connection")), "{s}");
 }
 
-/// The CPUs this thread may run on.
-fn allowed_cpus() -> Vec<usize> {
-    use rustix::thread::{sched_getaffinity, CpuSet};
-    let mask = sched_getaffinity(None).unwrap();
-    (0..CpuSet::MAX_CPU).filter(|&c| mask.is_set(c)).collect()
-}
-
 #[test]
 fn a_loopback_link_names_the_cpu_its_peer_last_sent_from() {
     use crate::link::{Link, ReadOutcome};
     use rustix::thread::{sched_setaffinity, CpuSet};
-    let cpus = allowed_cpus();
+    let cpus = crate::cpu::allowed();
     let (mut a, b) = link::test_pair();
     let b = std::sync::Mutex::new(b);
     for &cpu in cpus.iter().take(2) {
