@@ -165,9 +165,9 @@ pub struct Driver {
     /// The current or last run's idle time while it has not slept (see
     /// [`Driver::spun_ns`]).
     spun: Option<u64>,
-    /// When this rank last tried to move itself off a core it shared with
-    /// a peer (see `wait.rs`).
-    moved: std::cell::Cell<Option<Instant>>,
+    /// When this rank may next try to move itself off a core it shares
+    /// with a peer (see `wait.rs`).
+    moved: std::cell::Cell<wait::MoveGaps>,
     /// Answers in a row, one per asking wait, that a peer shares this
     /// rank's core (see `wait.rs`).
     seen_near: std::cell::Cell<u8>,

@@ -568,7 +568,7 @@ fn tries_to_move_off_a_shared_core(local: bool) -> bool {
                 me.run(&mut [Buf::Rw(&mut got)], &plan, Duration::from_secs(10)).unwrap();
             });
         });
-        if me.driver.moved.get().is_some() {
+        if me.driver.moved.get().tried() {
             return true;
         }
     }
@@ -583,4 +583,22 @@ fn a_rank_waiting_over_loopback_tcp_on_its_peers_core_moves_off() {
     }
     assert!(tries_to_move_off_a_shared_core(true), "it waited on its peer's core and stayed");
     assert!(!tries_to_move_off_a_shared_core(false), "it moved for a peer not known to be on this host");
+}
+
+#[test]
+fn tries_to_move_come_soon_then_less_often_and_soon_again_after_a_quiet_spell() {
+    use super::wait::MoveGaps;
+    let ms = Duration::from_millis;
+    let t0 = std::time::Instant::now();
+    let mut g = MoveGaps::default();
+    // Admitted at: the first try, then gaps of 1, 2, 4, ... 64, 100, 100 ms.
+    let admitted: Vec<u64> = (0..700).filter(|&t| g.admit(t0 + ms(t))).collect();
+    assert_eq!(admitted, [0, 1, 3, 7, 15, 31, 63, 127, 227, 327, 427, 527, 627]);
+    // Refused tries are not counted: a quiet spell of a second, then soon again.
+    assert!(!g.admit(t0 + ms(700)));
+    assert!(g.admit(t0 + ms(1700)));
+    assert!(!g.admit(t0 + ms(1700) + Duration::from_micros(999)));
+    assert!(g.admit(t0 + ms(1701)));
+    assert!(!g.admit(t0 + ms(1702)));
+    assert!(g.admit(t0 + ms(1703)));
 }

@@ -44,10 +44,52 @@ const SPIN_ALONE: Duration = Duration::from_micros(2);
 /// that outlasts this asks, and once.
 const SOCKET_ALONE: Duration = Duration::from_micros(10);
 /// How often a rank at most tries to move itself off a core it shares with
-/// a peer it waits for (see [`Driver::idle`]): a move costs a migration,
-/// tens of microseconds, so a scheduler that keeps putting the two back
-/// together costs a bounded share of the time.
+/// a peer it waits for (see [`Driver::idle`], [`MoveGaps`]): a move costs
+/// a migration, tens of microseconds, so a scheduler that keeps putting the
+/// two back together costs a bounded share of the time.
 const MOVE_EVERY: Duration = Duration::from_millis(100);
+/// How soon a rank may try again after a first try (the gap then doubles
+/// up to [`MOVE_EVERY`]): a try can go wrong when what the peer last
+/// published is stale (both ranks moved at once, just after start-up, and
+/// landed on one core again), and waiting the whole [`MOVE_EVERY`] then
+/// cost every call of the launch's first 100 ms several microseconds.
+const MOVE_SOON: Duration = Duration::from_millis(1);
+/// After this long without a try, the next try starts the gaps again from
+/// [`MOVE_SOON`].
+const MOVE_QUIET: Duration = Duration::from_secs(1);
+
+/// When a rank may next try to move off a core it shares with a peer:
+/// at once the first time, then after gaps that double from [`MOVE_SOON`]
+/// to [`MOVE_EVERY`], and from [`MOVE_SOON`] again after [`MOVE_QUIET`]
+/// without a try. Tries are counted, not only moves: where no core is free
+/// (or the mask cannot be set) a try costs system calls on every wait.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct MoveGaps {
+    last: Option<Instant>,
+    gap: Duration,
+}
+
+impl MoveGaps {
+    /// Whether a try may be made at `now`; counts it if so.
+    pub(super) fn admit(&mut self, now: Instant) -> bool {
+        let since = self.last.map(|t| now.saturating_duration_since(t));
+        if since.is_some_and(|d| d < self.gap) {
+            return false;
+        }
+        self.gap = match since {
+            Some(d) if d < MOVE_QUIET => (self.gap * 2).clamp(MOVE_SOON, MOVE_EVERY),
+            _ => MOVE_SOON,
+        };
+        self.last = Some(now);
+        true
+    }
+
+    /// Whether a try was ever made.
+    #[cfg(test)]
+    pub(super) fn tried(&self) -> bool {
+        self.last.is_some()
+    }
+}
 /// Longest single sleep of a collective; the abort descriptor wakes it
 /// sooner, and the deadline is checked after it.
 const MAX_POLL: Duration = Duration::from_secs(1);
@@ -344,7 +386,7 @@ impl Driver {
     /// budget, then slept, about 57 µs instead of 3.4, for the first
     /// hundreds of calls of a launch in two of three). So the rank moves
     /// itself to a core of its affinity mask that no local rank last ran
-    /// on ([`crate::cpu::move_off`], at most once per [`MOVE_EVERY`]) and
+    /// on ([`crate::cpu::move_off`], as often as [`MoveGaps`] allows) and
     /// spins on there. Where there is none, it sleeps instead, which lets
     /// the peer run; but the peer's wake-up then lands on the peer's own
     /// core as often as not, and the two stay together, each call paying
@@ -368,14 +410,10 @@ impl Driver {
                         self.seen_near.set(seen);
                         if seen >= near.confirmations() {
                             self.seen_near.set(0);
-                            // Tries are counted, not only moves: where no
-                            // core is free (or the mask cannot be set) a
-                            // try costs system calls on every wait.
-                            if self.moved.get().is_some_and(|t| now.duration_since(t) < MOVE_EVERY) {
-                                return false;
-                            }
-                            self.moved.set(Some(now));
-                            if !near.move_off(cpu) {
+                            let mut gaps = self.moved.get();
+                            let admitted = gaps.admit(now);
+                            self.moved.set(gaps);
+                            if !admitted || !near.move_off(cpu) {
                                 return false;
                             }
                         }

@@ -198,6 +198,12 @@ impl BoxLines {
     pub(super) fn new(own: &Mapping, peer: &Mapping, rings: usize, tx: usize, rx: usize) -> BoxLines {
         // `cell` asserts that a ring's last cell is in bounds, hence all.
         let (_, _) = (peer.cell(rings, tx, CELLS - 1), own.cell(rings, rx, CELLS - 1));
+        map_in_cells(peer.cell(rings, tx, 0));
+        map_in_cells(own.cell(rings, rx, 0));
+        // A ring's bytes are not atomics: where the kernel cannot populate,
+        // they fault in as they are first used, as before.
+        map_in(peer.ring_data(rings, tx) as usize, RING_BYTES);
+        map_in(own.ring_data(rings, rx) as usize, RING_BYTES);
         BoxLines {
             tx: NonNull::from(peer.ring_header(tx)),
             rx: NonNull::from(own.ring_header(rx)),
@@ -244,6 +250,50 @@ impl BoxLines {
     pub(super) fn bell(&self) -> &Doorbell {
         // SAFETY: as for `tx`.
         unsafe { self.bell.as_ref() }
+    }
+}
+
+/// Maps the pages of `len` bytes from `start`, in a live shared mapping,
+/// into this process's page tables, writable, without changing a byte;
+/// false where the kernel cannot (before 5.14). The segment's pages exist
+/// already (it is allocated in full when created): only the mappings are
+/// made. Left to fault in on first use, a link's first frames pay for them:
+/// a cell is longer than a page, so each of a link's first 32 small frames
+/// took a page fault on both sides, about 3 us each in a virtual machine,
+/// ten times the frame; a ring's first pass took one per 4 KiB.
+fn map_in(start: usize, len: usize) -> bool {
+    let page = rustix::param::page_size();
+    let (lo, hi) = (start & !(page - 1), (start + len).next_multiple_of(page));
+    // SAFETY: whole pages of a live shared mapping (the range and at most
+    // the partial pages around it, which belong to the same mapping: every
+    // caller's range lies inside one segment, whose mapping is whole
+    // pages); populating changes no contents.
+    unsafe { rustix::mm::madvise(lo as *mut std::ffi::c_void, hi - lo, rustix::mm::Advice::LinuxPopulateWrite) }.is_ok()
+}
+
+/// Maps in the pages of the [`CELLS`] cells from `first` on (see
+/// [`map_in`]), on kernels that cannot populate by [`write_fault`].
+fn map_in_cells(first: &Cell) {
+    if !map_in(first as *const Cell as usize, CELLS * CELL_BYTES) {
+        write_fault(first);
+    }
+}
+
+/// Maps in the pages of the [`CELLS`] cells from `first` on by a write
+/// fault per page: a compare-and-swap of one word of it with its own
+/// value, which changes nothing and loses no concurrent store of the
+/// peer's (an atomic add of nothing would not do: the compiler may turn it
+/// into a load, and drop the load).
+pub(super) fn write_fault(first: &Cell) {
+    let (words, n) = (first as *const Cell as *const AtomicU64, CELLS * CELL_BYTES / 8);
+    // A word a page apart from the first, and the last word: the cells need
+    // not start on a page, so the last page may hold only their end.
+    for w in (0..n).step_by(rustix::param::page_size() / 8).chain([n - 1]) {
+        // SAFETY: in bounds of the cells (w < n), 8-byte aligned, and every
+        // word of a cell is an atomic.
+        let word = unsafe { &*words.add(w) };
+        let v = word.load(Ordering::Relaxed);
+        let _ = word.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 

@@ -278,3 +278,65 @@ fn a_rank_moves_off_a_shared_core_and_keeps_its_affinity_mask() {
     .join()
     .unwrap();
 }
+
+/// Whether every page of `len` bytes from `start` is in this process's
+/// page tables (the present bit of `/proc/self/pagemap`).
+fn mapped(start: usize, len: usize) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let page = rustix::param::page_size();
+    let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    (start / page..(start + len).div_ceil(page)).all(|p| {
+        let mut entry = [0u8; 8];
+        f.seek(SeekFrom::Start(p as u64 * 8)).unwrap();
+        f.read_exact(&mut entry).unwrap();
+        u64::from_ne_bytes(entry) >> 63 == 1
+    })
+}
+
+#[test]
+fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
+    // Left to fault in, each of a link's first 32 small frames took a page
+    // fault on each side (its cell is longer than a page).
+    let abort = AbortSignal::new().unwrap();
+    let run = format!("mapped-{}", std::process::id());
+    let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
+    let b = Domain::create(&run, 1, 2, &[0, 1], 1, None).unwrap();
+    a.open_peer(1, b.name(), std::time::Instant::now() + Duration::from_secs(1), &abort).unwrap();
+    a.unlink();
+    b.unlink();
+    let (rings, tx, rx) = (1, a.slot(1, 0, 0), a.slot(0, 1, 0));
+    let peer = a.peers[1].as_ref().unwrap();
+    let spans = [
+        (peer.cell(rings, tx, 0) as *const Cell as usize, CELLS * CELL_BYTES),
+        (a.own.cell(rings, rx, 0) as *const Cell as usize, CELLS * CELL_BYTES),
+        (peer.ring_data(rings, tx) as usize, RING_BYTES),
+        (a.own.ring_data(rings, rx) as usize, RING_BYTES),
+    ];
+    // Nothing has touched them in this process yet (the test can fail).
+    for (start, len) in spans {
+        assert!(!mapped(start, len), "{len} bytes at {start:#x} mapped before the link was made");
+    }
+    let (_links, _waiter) = a.links();
+    for (start, len) in spans {
+        assert!(mapped(start, len), "{len} bytes at {start:#x} not mapped once the link was made");
+    }
+}
+
+#[test]
+fn cells_are_mapped_in_by_write_faults_where_the_kernel_cannot_populate() {
+    let abort = AbortSignal::new().unwrap();
+    let run = format!("faulted-{}", std::process::id());
+    let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
+    let b = Domain::create(&run, 1, 2, &[0, 1], 1, None).unwrap();
+    a.open_peer(1, b.name(), std::time::Instant::now() + Duration::from_secs(1), &abort).unwrap();
+    a.unlink();
+    b.unlink();
+    let cells = a.peers[1].as_ref().unwrap().cell(1, a.slot(1, 0, 0), 0);
+    let first = cells as *const Cell as usize;
+    // A stamp written before stays: the fault adds nothing.
+    cells.stamp.store(7, Ordering::Relaxed);
+    assert!(!mapped(first + 4096, CELLS * CELL_BYTES - 4096));
+    write_fault(cells);
+    assert!(mapped(first, CELLS * CELL_BYTES));
+    assert_eq!(cells.stamp.load(Ordering::Relaxed), 7);
+}
