@@ -57,6 +57,17 @@ const MOVE_SOON: Duration = Duration::from_millis(1);
 /// After this long without a try, the next try starts the gaps again from
 /// [`MOVE_SOON`].
 const MOVE_QUIET: Duration = Duration::from_secs(1);
+/// Longest single sleep of a collective; the abort descriptor wakes it
+/// sooner, and the deadline is checked after it.
+const MAX_POLL: Duration = Duration::from_secs(1);
+/// Longest sleep while shared-memory and descriptor links are both
+/// pending: the poll on descriptors must not hide a ring that filled
+/// meanwhile (the send/recv lane's waits too).
+pub(crate) const MIXED_POLL: Duration = Duration::from_millis(1);
+/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`,
+/// through [`super::lane::LaneWait`]), which also checks its operations'
+/// timeouts this often.
+pub(crate) const LANE_TICK: Duration = Duration::from_millis(200);
 
 /// When a rank may next try to move off a core it shares with a peer:
 /// at once the first time, then after gaps that double from [`MOVE_SOON`]
@@ -90,17 +101,6 @@ impl MoveGaps {
         self.last.is_some()
     }
 }
-/// Longest single sleep of a collective; the abort descriptor wakes it
-/// sooner, and the deadline is checked after it.
-const MAX_POLL: Duration = Duration::from_secs(1);
-/// Longest sleep while shared-memory and descriptor links are both
-/// pending: the poll on descriptors must not hide a ring that filled
-/// meanwhile (the send/recv lane's waits too).
-pub(crate) const MIXED_POLL: Duration = Duration::from_millis(1);
-/// Longest sleep of the send/recv lane's thread (the runtime's `p2p.rs`,
-/// through [`super::lane::LaneWait`]), which also checks its operations'
-/// timeouts this often.
-pub(crate) const LANE_TICK: Duration = Duration::from_millis(200);
 
 /// How a rank that waits for its links passes the time before it sleeps on
 /// its doorbell or in `poll(2)` (a wake-up costs tens of microseconds, and
