@@ -253,6 +253,18 @@ impl BoxLines {
     }
 }
 
+/// The size of a page, from the C library (rustix's own answer reads the
+/// auxiliary vector, and under valgrind that read faults).
+pub(super) fn page_size() -> usize {
+    // SAFETY: sysconf takes a constant and touches no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
 /// Maps the pages of `len` bytes from `start`, in a live shared mapping,
 /// into this process's page tables, writable, without changing a byte;
 /// false where the kernel cannot (before 5.14). The segment's pages exist
@@ -262,7 +274,7 @@ impl BoxLines {
 /// took a page fault on both sides, about 3 us each in a virtual machine,
 /// ten times the frame; a ring's first pass took one per 4 KiB.
 fn map_in(start: usize, len: usize) -> bool {
-    let page = rustix::param::page_size();
+    let page = page_size();
     let (lo, hi) = (start & !(page - 1), (start + len).next_multiple_of(page));
     // SAFETY: whole pages of a live shared mapping (the range and at most
     // the partial pages around it, which belong to the same mapping: every
@@ -288,7 +300,7 @@ pub(super) fn write_fault(first: &Cell) {
     let (words, n) = (first as *const Cell as *const AtomicU64, CELLS * CELL_BYTES / 8);
     // A word a page apart from the first, and the last word: the cells need
     // not start on a page, so the last page may hold only their end.
-    for w in (0..n).step_by(rustix::param::page_size() / 8).chain([n - 1]) {
+    for w in (0..n).step_by(page_size() / 8).chain([n - 1]) {
         // SAFETY: in bounds of the cells (w < n), 8-byte aligned, and every
         // word of a cell is an atomic.
         let word = unsafe { &*words.add(w) };

@@ -283,7 +283,7 @@ fn a_rank_moves_off_a_shared_core_and_keeps_its_affinity_mask() {
 /// page tables (the present bit of `/proc/self/pagemap`).
 fn mapped(start: usize, len: usize) -> bool {
     use std::io::{Read, Seek, SeekFrom};
-    let page = rustix::param::page_size();
+    let page = page_size();
     let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
     (start / page..(start + len).div_ceil(page)).all(|p| {
         let mut entry = [0u8; 8];
