@@ -293,17 +293,24 @@ fn mapped(start: usize, len: usize) -> bool {
     })
 }
 
-#[test]
-fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
-    // Left to fault in, each of a link's first 32 small frames took a page
-    // fault on each side (its cell is longer than a page).
+/// Rank 0's domain of a 2-rank run named after `what`, with rank 1's
+/// segment mapped and no link made yet (both segments already unlinked).
+fn peer_mapped(what: &str) -> Domain {
     let abort = AbortSignal::new().unwrap();
-    let run = format!("mapped-{}", std::process::id());
+    let run = format!("{what}-{}", std::process::id());
     let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
     let b = Domain::create(&run, 1, 2, &[0, 1], 1, None).unwrap();
     a.open_peer(1, b.name(), std::time::Instant::now() + Duration::from_secs(1), &abort).unwrap();
     a.unlink();
     b.unlink();
+    a
+}
+
+#[test]
+fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
+    // Left to fault in, each of a link's first 32 small frames took a page
+    // fault on each side (its cell is longer than a page).
+    let a = peer_mapped("mapped");
     let (rings, tx, rx) = (1, a.slot(1, 0, 0), a.slot(0, 1, 0));
     let peer = a.peers[1].as_ref().unwrap();
     let spans = [
@@ -324,18 +331,13 @@ fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
 
 #[test]
 fn cells_are_mapped_in_by_write_faults_where_the_kernel_cannot_populate() {
-    let abort = AbortSignal::new().unwrap();
-    let run = format!("faulted-{}", std::process::id());
-    let mut a = Domain::create(&run, 0, 2, &[0, 1], 1, None).unwrap();
-    let b = Domain::create(&run, 1, 2, &[0, 1], 1, None).unwrap();
-    a.open_peer(1, b.name(), std::time::Instant::now() + Duration::from_secs(1), &abort).unwrap();
-    a.unlink();
-    b.unlink();
+    let a = peer_mapped("faulted");
     let cells = a.peers[1].as_ref().unwrap().cell(1, a.slot(1, 0, 0), 0);
     let first = cells as *const Cell as usize;
     // A stamp written before stays: the fault adds nothing.
     cells.stamp.store(7, Ordering::Relaxed);
-    assert!(!mapped(first + 4096, CELLS * CELL_BYTES - 4096));
+    let page = page_size();
+    assert!(!mapped(first + page, CELLS * CELL_BYTES - page));
     write_fault(cells);
     assert!(mapped(first, CELLS * CELL_BYTES));
     assert_eq!(cells.stamp.load(Ordering::Relaxed), 7);
