@@ -99,6 +99,13 @@ pub trait Link: Send + fmt::Debug {
         false
     }
 
+    /// Whether bytes the link already took from its descriptor wait to be
+    /// read: a read returns them at once, though `poll(2)` would not say
+    /// the descriptor is readable, so a wait to read must not sleep.
+    fn buffered(&self) -> bool {
+        false
+    }
+
     /// Capability: arrived bytes lie in memory this process maps.
     fn mapped(&mut self) -> Option<&mut dyn Mapped> {
         None

@@ -209,18 +209,22 @@ pub(crate) struct Sleeper<'a> {
     fds: SmallVec<[PollFd<'a>; 16]>,
     base: usize,
     doorbell: bool,
+    /// Whether a link waited for to read holds bytes already read from its
+    /// descriptor ([`Link::buffered`]): nothing to sleep for.
+    buffered: bool,
 }
 
 impl<'a> Sleeper<'a> {
     /// A sleeper that always wakes on these descriptors becoming readable.
     pub(crate) fn new(always: &[BorrowedFd<'a>]) -> Sleeper<'a> {
         let fds = always.iter().map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)).collect();
-        Sleeper { fds, base: always.len(), doorbell: false }
+        Sleeper { fds, base: always.len(), doorbell: false, buffered: false }
     }
 
     /// Also wakes when `link` can move in the directions `want`; `true`
     /// when the link rings the doorbell rather than a descriptor.
     pub(crate) fn link(&mut self, link: &'a dyn Link, want: PollFlags) -> bool {
+        self.buffered |= want.contains(PollFlags::IN) && link.buffered();
         match link.wake().poll_fd(want) {
             Some(fd) => {
                 self.fds.push(fd);
@@ -233,12 +237,16 @@ impl<'a> Sleeper<'a> {
         }
     }
 
-    /// Sleeps at most `left`: on the doorbell when only doorbell links are
+    /// Sleeps at most `left` (not at all when a link to read from holds
+    /// bytes already read): on the doorbell when only doorbell links are
     /// pending (`ready` is checked after registering as a sleeper, so no
     /// ring is lost), else in `poll(2)`, at most [`MIXED_POLL`] while
     /// doorbell links are pending too (or there is no doorbell to sleep
     /// on): the poll cannot see them.
     pub(crate) fn sleep(mut self, mut left: Duration, waiter: Option<&Waiter>, ready: impl Fn() -> bool) -> Result<()> {
+        if self.buffered {
+            return Ok(());
+        }
         if self.doorbell {
             match waiter {
                 Some(w) if self.fds.len() == self.base => {

@@ -1,5 +1,12 @@
 //! A nonblocking TCP connection to one peer, and sending from the
 //! caller's pages through a pipe (`vmsplice`, then `splice`).
+//!
+//! Small reads take what has arrived in one system call, up to
+//! [`READ_AHEAD`] bytes, and hand out the rest from memory: a small frame's
+//! header and payload (and a frame behind it) then cost one `recv`, not
+//! one each. Bytes read ahead no longer make the descriptor readable, so
+//! the link says it holds some ([`Link::buffered`]) and a wait does not
+//! sleep on the descriptor while it does.
 
 use crate::link::{Link, ReadOutcome, Splice, Wake};
 use ringleader_core::Rank;
@@ -17,6 +24,12 @@ use std::net::TcpStream;
 /// kernel's default limit for unprivileged processes).
 pub(super) const PIPE_SIZE: usize = 1 << 20;
 
+/// Reads shorter than this go through the link's read-ahead buffer of as
+/// many bytes (made on the first such read, so that a link that never
+/// reads a small frame costs no memory); longer ones go straight into the
+/// caller's buffer. A frame of 4 KiB and its header fit.
+pub(super) const READ_AHEAD: usize = 8 << 10;
+
 /// A nonblocking TCP connection to one peer.
 #[derive(Debug)]
 pub struct TcpLink {
@@ -28,13 +41,19 @@ pub struct TcpLink {
     /// Bytes spliced into the pipe but not yet into the socket: the first
     /// bytes of what the next `try_splice` is given.
     pub(super) in_pipe: usize,
+    /// Bytes read ahead of what was asked ([`READ_AHEAD`] of room once
+    /// made): those in `ahead_at..ahead_end` wait to be handed out, in
+    /// order, before anything more is read from the socket.
+    pub(super) ahead: Vec<u8>,
+    pub(super) ahead_at: usize,
+    pub(super) ahead_end: usize,
 }
 
 impl TcpLink {
     pub(super) fn new(stream: TcpStream, peer: Rank) -> io::Result<TcpLink> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(TcpLink { stream, peer, pipe: None, in_pipe: 0 })
+        Ok(TcpLink { stream, peer, pipe: None, in_pipe: 0, ahead: Vec::new(), ahead_at: 0, ahead_end: 0 })
     }
 
     /// Whether [`TcpLink::try_splice`] can run here (it makes the pipe).
@@ -111,18 +130,34 @@ impl TcpLink {
         }
     }
 
-    /// Reads without blocking.
+    /// Reads without blocking: bytes read ahead first (see the module
+    /// docs), then the socket's.
     #[inline]
     pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<ReadOutcome> {
         if buf.is_empty() {
             return Ok(ReadOutcome::WouldBlock);
         }
-        match rustix::net::recv(&self.stream, buf, RecvFlags::DONTWAIT) {
-            Ok((_, 0)) => Ok(ReadOutcome::Closed),
-            Ok((_, n)) => Ok(ReadOutcome::Data(n)),
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(ReadOutcome::WouldBlock),
-            Err(e) => Err(e.into()),
+        if self.ahead_at == self.ahead_end {
+            if buf.len() >= READ_AHEAD {
+                return recv(&self.stream, buf);
+            }
+            if self.ahead.is_empty() {
+                self.ahead = vec![0; READ_AHEAD];
+            }
+            match recv(&self.stream, &mut self.ahead)? {
+                ReadOutcome::Data(n) => (self.ahead_at, self.ahead_end) = (0, n),
+                other => return Ok(other),
+            }
         }
+        let n = buf.len().min(self.ahead_end - self.ahead_at);
+        buf[..n].copy_from_slice(&self.ahead[self.ahead_at..self.ahead_at + n]);
+        self.ahead_at += n;
+        Ok(ReadOutcome::Data(n))
+    }
+
+    /// Whether bytes read ahead wait in the link (see the module docs).
+    pub fn buffered(&self) -> bool {
+        self.ahead_at < self.ahead_end
     }
 
     /// The socket's descriptor.
@@ -148,6 +183,10 @@ impl Link for TcpLink {
 
     fn wake(&self) -> Wake<'_> {
         Wake::Poll(self.stream.as_fd())
+    }
+
+    fn buffered(&self) -> bool {
+        TcpLink::buffered(self)
     }
 
     fn splice(&mut self) -> Option<&mut dyn Splice> {
@@ -179,6 +218,17 @@ impl Splice for TcpLink {
     unsafe fn try_splice(&mut self, data: &[u8]) -> io::Result<usize> {
         // SAFETY: the caller's contract is this function's.
         unsafe { TcpLink::try_splice(self, data) }
+    }
+}
+
+/// One `recv` without blocking into `buf` (not empty).
+#[inline]
+fn recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<ReadOutcome> {
+    match rustix::net::recv(stream, buf, RecvFlags::DONTWAIT) {
+        Ok((_, 0)) => Ok(ReadOutcome::Closed),
+        Ok((_, n)) => Ok(ReadOutcome::Data(n)),
+        Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(ReadOutcome::WouldBlock),
+        Err(e) => Err(e.into()),
     }
 }
 

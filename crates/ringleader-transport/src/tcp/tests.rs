@@ -131,3 +131,107 @@ fn a_loopback_link_names_the_cpu_its_peer_last_sent_from() {
         assert_eq!(Link::peer_cpu(&a), Some(cpu as u32), "allowed CPUs {cpus:?}");
     }
 }
+
+/// Writes `bytes` on `link` whole (the socket takes small writes at once).
+fn write_all(link: &mut TcpLink, bytes: &[u8]) {
+    let mut off = 0;
+    let start = Instant::now();
+    while off < bytes.len() {
+        off += link.try_write(&[std::io::IoSlice::new(&bytes[off..])]).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "the socket took nothing for 5 s");
+    }
+}
+
+/// Reads exactly `n` bytes from `link`, in reads of at most `piece`.
+fn read_exact(link: &mut TcpLink, n: usize, piece: usize) -> Vec<u8> {
+    use crate::link::ReadOutcome;
+    let (mut out, mut buf) = (Vec::new(), vec![0u8; piece]);
+    let start = Instant::now();
+    while out.len() < n {
+        let want = piece.min(n - out.len());
+        match link.try_read(&mut buf[..want]).unwrap() {
+            ReadOutcome::Data(k) => out.extend_from_slice(&buf[..k]),
+            ReadOutcome::WouldBlock => {
+                assert!(start.elapsed() < Duration::from_secs(5), "{} of {n} bytes came", out.len())
+            }
+            ReadOutcome::Closed => panic!("closed after {} of {n} bytes", out.len()),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_small_frames_header_and_payload_come_out_of_one_system_call() {
+    use crate::link::{Link, ReadOutcome};
+    let (mut a, mut b) = link::test_pair();
+    let frame: Vec<u8> = (0..48u8).collect();
+    write_all(&mut a, &frame);
+    // The header's read (40 bytes) takes the payload too, when it has
+    // arrived: wait until all 48 bytes are in the socket first.
+    let start = Instant::now();
+    let mut peek = [0u8; 48];
+    while rustix::net::recv(&b.stream, &mut peek, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
+        .map_or(0, |(_, n)| n)
+        < 48
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "the frame did not arrive");
+    }
+    let mut hdr = [0u8; 40];
+    assert_eq!(b.try_read(&mut hdr).unwrap(), ReadOutcome::Data(40));
+    assert!(Link::buffered(&b), "the payload waits in the link");
+    let left = rustix::net::recv(&b.stream, &mut peek, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT);
+    assert!(matches!(left, Err(rustix::io::Errno::AGAIN)), "the socket still held bytes: {left:?}");
+    let mut payload = [0u8; 8];
+    assert_eq!(b.try_read(&mut payload).unwrap(), ReadOutcome::Data(8));
+    assert_eq!([&hdr[..], &payload[..]].concat(), frame);
+    assert!(!Link::buffered(&b));
+    assert_eq!(b.try_read(&mut payload).unwrap(), ReadOutcome::WouldBlock);
+}
+
+#[test]
+fn reads_of_every_size_see_the_stream_in_order() {
+    // Small reads go through the read-ahead, large ones straight into the
+    // caller's buffer, mixed: every byte once, in order, and the close.
+    use crate::link::ReadOutcome;
+    let (mut a, mut b) = link::test_pair();
+    let data: Vec<u8> = (0..3 * link::READ_AHEAD + 123).map(|i| (i * 7 % 251) as u8).collect();
+    let writer = std::thread::spawn(move || {
+        for chunk in data.chunks(1000) {
+            write_all(&mut a, chunk);
+        }
+        data
+    });
+    let mut got = read_exact(&mut b, 40, 40);
+    got.extend(read_exact(&mut b, 2 * link::READ_AHEAD, 2 * link::READ_AHEAD));
+    got.extend(read_exact(&mut b, 7, 7));
+    got.extend(read_exact(&mut b, link::READ_AHEAD + 123 - 47, 1000));
+    let data = writer.join().unwrap();
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "bytes out of order");
+    let start = Instant::now();
+    loop {
+        match b.try_read(&mut [0u8; 8]).unwrap() {
+            ReadOutcome::Closed => break,
+            ReadOutcome::WouldBlock => assert!(start.elapsed() < Duration::from_secs(5), "no close seen"),
+            ReadOutcome::Data(n) => panic!("{n} bytes after the end"),
+        }
+    }
+}
+
+#[test]
+fn a_wait_to_read_does_not_sleep_while_the_link_holds_read_bytes() {
+    use crate::driver::wait::Sleeper;
+    use rustix::event::PollFlags;
+    let (mut a, mut b) = link::test_pair();
+    write_all(&mut a, &[1u8; 48]);
+    let _ = read_exact(&mut b, 40, 40);
+    // The 8 bytes left are in `b`, none in its socket: a poll would sleep
+    // the whole second.
+    let abort = AbortSignal::new().unwrap();
+    let mut sleeper = Sleeper::new(&[abort.fd()]);
+    sleeper.link(&b, PollFlags::IN);
+    let start = Instant::now();
+    sleeper.sleep(Duration::from_secs(1), None, || false).unwrap();
+    assert!(start.elapsed() < Duration::from_millis(200), "slept {:?}", start.elapsed());
+    assert_eq!(read_exact(&mut b, 8, 8), [1u8; 8]);
+}
