@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     /// The algorithm `cfg.algo` forces, parsed once here (`None`: each
     /// collective picks by size).
     algo: Option<algo::Algo>,
+    /// The largest world one-round schedules serve ([`algo::flat::world_max`]).
+    flat_max: usize,
     pub rank: Rank,
     pub world: usize,
     pub host: String,
@@ -240,7 +242,12 @@ impl Shared {
     pub(crate) fn new(parts: EngineParts) -> Shared {
         let EngineParts { cfg, host, abort, links, driver, p2p, store, store_addr, store_in_rank0, peers } = parts;
         let world = cfg.world_size;
+        // Every link a socket to a rank of this host: the whole job here,
+        // over TCP (the setting is checked equal among a host's ranks).
+        let loopback = cfg.transport == ringleader_core::TransportKind::Tcp
+            && peers.get(cfg.rank).is_some_and(|me| peers.iter().all(|p| p.same_host(me)));
         Shared {
+            flat_max: algo::flat::world_max(loopback),
             rank: cfg.rank,
             world,
             host,
@@ -589,7 +596,13 @@ impl Shared {
     /// its express form; keeps it and returns its index.
     fn learn(&self, x: &mut Exec, key: Option<CallKey>, coll: Coll, fp: Fingerprint) -> usize {
         let Exec { links, driver, known, plan_scratch, .. } = x;
-        let sh = Shape { rank: self.rank, n: self.world, streams: self.cfg.streams, esz: fp.dtype.size() };
+        let sh = Shape {
+            rank: self.rank,
+            n: self.world,
+            streams: self.cfg.streams,
+            esz: fp.dtype.size(),
+            flat_max: self.flat_max,
+        };
         let mut plan = ringleader_transport::Plan::default();
         let prep = algo::schedule(coll, sh, self.algo, &mut plan, plan_scratch);
         let express = driver.express(links, &plan, fp.words());

@@ -12,6 +12,13 @@
 //! frames grows with `n`, so these serve worlds of at most [`FLAT_MAX`]
 //! ranks.
 //!
+//! Over sockets on one host it is otherwise: a loopback send runs the
+//! receiver's side of the TCP stack too, on the sender's core, so a round
+//! of `n - 1` frames costs each rank `n - 1` such passes, and with the
+//! ranks sharing cores the trees' fewer frames per rank win from four
+//! ranks on ([`world_max`]). Where sockets cross a network, the wire's
+//! latency is the hop's cost, and one round stays.
+//!
 //! Reductions receive every peer's operand into a slot of
 //! [`SCRATCH`](super::SCRATCH) and are folded afterwards ([`Fold`]) in rank
 //! order, `((x0 op x1) op x2) op ...`, the same expression on every rank,
@@ -29,10 +36,31 @@ pub(crate) const FLAT_MAX: usize = 8;
 /// (see `ringleader_transport::link::FASTBOX_MAX`), rounded down to 4 KiB.
 pub(crate) const FLAT_BYTES: usize = 4096;
 
+/// The largest world these schedules serve over sockets between ranks
+/// of one host (see the module docs). Measured with `ringleader perf
+/// --transport tcp` at 64 B, one round against the trees
+/// (`RINGLEADER_ALGO=rd`): at 3 ranks one round was as fast or faster
+/// (all_gather 45-63 us against 66-113), at 4 and 8 slower in every op
+/// (8 ranks all_reduce 349-448 us against 187-250).
+pub(crate) const LOOPBACK_FLAT_MAX: usize = 3;
+
+/// The largest world these schedules serve: [`LOOPBACK_FLAT_MAX`] when
+/// every link is a socket to a rank of this host (`loopback`), else
+/// [`FLAT_MAX`]. The same on every rank of a job: whether the job runs on
+/// one host, and its transport setting there, are.
+pub(crate) fn world_max(loopback: bool) -> usize {
+    if loopback {
+        LOOPBACK_FLAT_MAX
+    } else {
+        FLAT_MAX
+    }
+}
+
 /// Whether a collective among `n` ranks whose frames would carry `bytes`
-/// each runs flat. Two ranks are one round either way.
-pub(crate) fn fits(n: usize, bytes: usize) -> bool {
-    (3..=FLAT_MAX).contains(&n) && bytes <= FLAT_BYTES
+/// each runs flat, where these schedules serve worlds of at most `max`
+/// ranks ([`world_max`]). Two ranks are one round either way.
+pub(crate) fn fits(n: usize, bytes: usize, max: usize) -> bool {
+    (3..=max.min(FLAT_MAX)).contains(&n) && bytes <= FLAT_BYTES
 }
 
 /// The local step after a flat reduction: this rank's operand (`own`)
@@ -186,7 +214,11 @@ mod tests {
 
     #[test]
     fn flat_serves_a_few_ranks_and_small_frames() {
-        assert!(!fits(2, 8) && fits(3, 8) && fits(8, FLAT_BYTES));
-        assert!(!fits(9, 8) && !fits(4, FLAT_BYTES + 1));
+        assert!(!fits(2, 8, FLAT_MAX) && fits(3, 8, FLAT_MAX) && fits(8, FLAT_BYTES, FLAT_MAX));
+        assert!(!fits(9, 8, FLAT_MAX) && !fits(4, FLAT_BYTES + 1, FLAT_MAX));
+        // Sockets on one host: three ranks only.
+        let max = world_max(true);
+        assert!(fits(3, 8, max) && !fits(4, 8, max) && !fits(8, 8, max));
+        assert_eq!(world_max(false), FLAT_MAX);
     }
 }

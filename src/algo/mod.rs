@@ -90,6 +90,9 @@ pub(crate) struct Shape {
     pub streams: usize,
     /// Element size in bytes.
     pub esz: usize,
+    /// The largest world one-round schedules serve here
+    /// ([`flat::world_max`]).
+    pub flat_max: usize,
 }
 
 impl Shape {
@@ -191,7 +194,7 @@ pub(crate) fn schedule(coll: Coll, sh: Shape, forced: Option<Algo>, plan: &mut P
     let avg = |op: ReduceOp, region: Region| (op == ReduceOp::Avg && n > 1).then_some(region);
     // A few ranks and small frames: one round ([`flat`]), unless an
     // algorithm is forced.
-    let flat = |frame_bytes: usize| forced.is_none() && flat::fits(n, frame_bytes);
+    let flat = |frame_bytes: usize| forced.is_none() && flat::fits(n, frame_bytes, sh.flat_max);
     let folded = |prep: &mut Prep, fold: flat::Fold| {
         prep.scratch_bytes = fold.scratch_bytes();
         prep.fold = Some(fold);

@@ -37,7 +37,7 @@ fn simulate(
     let mut ranks = Vec::new();
     let mut preps = Vec::new();
     for r in 0..n {
-        let sh = Shape { rank: r, n, streams, esz: 8 };
+        let sh = Shape { rank: r, n, streams, esz: 8, flat_max: flat::FLAT_MAX };
         let mut plan = Plan::default();
         let prep = schedule(coll(r), sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
         let mut bufs = vec![bytes(&input(r, io_len)), vec![0u8; out_len * 8], vec![0u8; prep.scratch_bytes]];
@@ -217,7 +217,7 @@ fn algorithm_choice_follows_size_world_and_override() {
 
 /// Sends rank 0 makes in an all-gather of `per` 8-byte elements per rank.
 fn all_gather_sends(n: usize, per: usize, forced: Option<&str>) -> usize {
-    let sh = Shape { rank: 0, n, streams: 1, esz: 8 };
+    let sh = Shape { rank: 0, n, streams: 1, esz: 8, flat_max: flat::FLAT_MAX };
     let mut plan = Plan::default();
     schedule(Coll::AllGather { per_rank: per }, sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
     plan.sends.len()
@@ -240,7 +240,7 @@ fn small_all_gathers_on_power_of_two_worlds_take_log2_n_rounds() {
 #[test]
 fn small_reduce_scatters_on_power_of_two_worlds_take_log2_n_rounds() {
     let sends = |n: usize, per: usize, forced: Option<&str>| {
-        let sh = Shape { rank: n - 1, n, streams: 1, esz: 8 };
+        let sh = Shape { rank: n - 1, n, streams: 1, esz: 8, flat_max: flat::FLAT_MAX };
         let mut plan = Plan::default();
         let coll = Coll::ReduceScatter { per_rank: per, op: ReduceOp::Sum };
         let prep = schedule(coll, sh, forced_by_name(forced), &mut plan, &mut Scratch::default());
@@ -260,7 +260,7 @@ fn a_few_ranks_with_small_frames_take_one_round() {
     // Up to 8 ranks and 4 KiB frames: every peer directly (one round),
     // the reductions folded from n slots of scratch.
     for n in 3..=flat::FLAT_MAX {
-        let sh = Shape { rank: 1, n, streams: 1, esz: 8 };
+        let sh = Shape { rank: 1, n, streams: 1, esz: 8, flat_max: flat::FLAT_MAX };
         for (coll, folded) in [
             (Coll::AllReduce { count: 512, op: ReduceOp::Sum }, true),
             (Coll::AllGather { per_rank: 512 }, false),
@@ -293,4 +293,25 @@ fn a_few_ranks_with_small_frames_take_one_round() {
 /// The schedule a `RINGLEADER_ALGO` value forces (`None`: automatic).
 fn forced_by_name(name: Option<&str>) -> Option<Algo> {
     Algo::forced(name.and_then(|n| ringleader_core::config::parse_algo(n).expect("a known name")))
+}
+
+#[test]
+fn sockets_on_one_host_take_the_trees_from_four_ranks_on() {
+    // Rank 0's frames and whether the result is folded, for a small
+    // all_reduce, where one-round schedules serve up to `flat_max` ranks.
+    let plan_of = |n: usize, flat_max: usize| {
+        let sh = Shape { rank: 0, n, streams: 1, esz: 8, flat_max };
+        let mut plan = Plan::default();
+        let prep =
+            schedule(Coll::AllReduce { count: 1, op: ReduceOp::Sum }, sh, None, &mut plan, &mut Scratch::default());
+        (plan.sends.len(), prep.fold.is_some())
+    };
+    let (loopback, elsewhere) = (flat::world_max(true), flat::world_max(false));
+    // Shared memory or a network: one round of n - 1 frames.
+    assert_eq!(plan_of(4, elsewhere), (3, true));
+    assert_eq!(plan_of(8, elsewhere), (7, true));
+    // Sockets on one host: recursive doubling, log2 n frames, from 4 ranks.
+    assert_eq!(plan_of(3, loopback), (2, true));
+    assert_eq!(plan_of(4, loopback), (2, false));
+    assert_eq!(plan_of(8, loopback), (3, false));
 }
