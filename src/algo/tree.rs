@@ -179,17 +179,24 @@ pub(crate) fn reduce(plan: &mut Plan, sh: Shape, count: usize, root: usize) {
     }
 }
 
-/// Dissemination barrier: in round `d = 1, 2, 4, ...` send an empty frame to
-/// `r + d` and receive one from `r - d`. After `ceil(log2 n)` rounds every
-/// rank has heard, directly or not, from every other. Also used for
-/// collectives of zero elements, so their fingerprints are still compared.
+/// Barrier in `ceil(log2 n)` rounds: in round `d = 1, 2, 4, ...` send an
+/// empty frame and receive one; after the last round every rank has heard,
+/// directly or not, from every other. On a world that is a power of two the
+/// ranks pair up (`r` and `r ^ d` exchange, recursive doubling), so each
+/// round waits for one partner only; otherwise dissemination (send to
+/// `r + d`, receive from `r - d`). Also used for collectives of zero
+/// elements, so their fingerprints are still compared.
 pub(crate) fn barrier(plan: &mut Plan, sh: Shape) {
     let empty = Region::new(IO, 0, 0);
     let mut prev = None;
     let mut d = 1;
     while d < sh.n {
-        plan.send(sh.chan(sh.rel(d as isize), 0), empty, prev);
-        prev = Some(plan.recv(sh.chan(sh.rel(-(d as isize)), 0), empty, RecvMode::Copy, prev, None));
+        let (to, from) = match sh.n.is_power_of_two() {
+            true => (sh.rank ^ d, sh.rank ^ d),
+            false => (sh.rel(d as isize), sh.rel(-(d as isize))),
+        };
+        plan.send(sh.chan(to, 0), empty, prev);
+        prev = Some(plan.recv(sh.chan(from, 0), empty, RecvMode::Copy, prev, None));
         d <<= 1;
     }
 }
@@ -197,6 +204,36 @@ pub(crate) fn barrier(plan: &mut Plan, sh: Shape) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_a_barrier_every_rank_has_heard_from_every_other() {
+        use ringleader_transport::Plan;
+        for n in 1..=17 {
+            let plans: Vec<Plan> = (0..n)
+                .map(|rank| {
+                    let mut plan = Plan::default();
+                    barrier(&mut plan, Shape { rank, n, streams: 1, esz: 1, flat_max: 0 });
+                    plan
+                })
+                .collect();
+            // Round k: each rank sends what it knows, then takes in what
+            // its k-th frame's sender knew when it sent.
+            let mut knows: Vec<Vec<bool>> = (0..n).map(|r| (0..n).map(|j| j == r).collect()).collect();
+            for k in 0..plans[0].sends.len() {
+                let before = knows.clone();
+                for (r, plan) in plans.iter().enumerate() {
+                    let from = plan.recvs[k].chan.peer;
+                    assert_eq!(plans[from].sends[k].chan.peer, r, "n={n}: round {k}: rank {from} sends elsewhere");
+                    for j in 0..n {
+                        knows[r][j] |= before[from][j];
+                    }
+                }
+            }
+            assert!(knows.iter().all(|k| k.iter().all(|&b| b)), "n={n}: {knows:?}");
+            let rounds = if n > 1 { (n - 1).ilog2() as usize + 1 } else { 0 };
+            assert!(plans.iter().all(|p| p.sends.len() == rounds && p.recvs.len() == rounds), "n={n}");
+        }
+    }
 
     #[test]
     fn binomial_tree_is_a_tree() {
