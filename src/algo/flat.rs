@@ -37,11 +37,9 @@ pub(crate) const FLAT_MAX: usize = 8;
 pub(crate) const FLAT_BYTES: usize = 4096;
 
 /// The largest world these schedules serve over sockets between ranks
-/// of one host (see the module docs). Measured with `ringleader perf
-/// --transport tcp` at 64 B, one round against the trees
-/// (`RINGLEADER_ALGO=rd`): at 3 ranks one round was as fast or faster
-/// (all_gather 45-63 us against 66-113), at 4 and 8 slower in every op
-/// (8 ranks all_reduce 349-448 us against 187-250).
+/// of one host (see the module docs): at 3 ranks one round held its own
+/// against the trees, from 4 on it lost in every op
+/// (docs/perf/tcp-small-2026-12-07.md).
 pub(crate) const LOOPBACK_FLAT_MAX: usize = 3;
 
 /// The largest world these schedules serve: [`LOOPBACK_FLAT_MAX`] when
