@@ -58,7 +58,7 @@ pub(crate) fn world_max(loopback: bool) -> usize {
 /// each runs flat, where these schedules serve worlds of at most `max`
 /// ranks ([`world_max`]). Two ranks are one round either way.
 pub(crate) fn fits(n: usize, bytes: usize, max: usize) -> bool {
-    (3..=max.min(FLAT_MAX)).contains(&n) && bytes <= FLAT_BYTES
+    (3..=max).contains(&n) && bytes <= FLAT_BYTES
 }
 
 /// The local step after a flat reduction: this rank's operand (`own`)

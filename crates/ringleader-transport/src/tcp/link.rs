@@ -155,11 +155,6 @@ impl TcpLink {
         Ok(ReadOutcome::Data(n))
     }
 
-    /// Whether bytes read ahead wait in the link (see the module docs).
-    pub fn buffered(&self) -> bool {
-        self.ahead_at < self.ahead_end
-    }
-
     /// The socket's descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
@@ -185,8 +180,9 @@ impl Link for TcpLink {
         Wake::Poll(self.stream.as_fd())
     }
 
+    /// Bytes read ahead wait in the link (see the module docs).
     fn buffered(&self) -> bool {
-        TcpLink::buffered(self)
+        self.ahead_at < self.ahead_end
     }
 
     fn splice(&mut self) -> Option<&mut dyn Splice> {
