@@ -553,8 +553,8 @@ impl Shared {
                 let ran = (k.fp.count.saturating_mul(k.fp.dtype.size() as u64) <= AT_ONCE_MAX)
                     .then(|| driver.spun_ns())
                     .flatten();
-                // A run that never waited left its record for now: written
-                // whole, in one go.
+                // A run that only sent, never waiting, left its record for
+                // now: written whole, in one go.
                 if unwritten.get() {
                     self.fr.write_completed(record, started(), ran);
                 } else {

@@ -203,8 +203,9 @@ impl Driver {
         self.spun = Some(0);
         let (mut sent, mut got) = (0u64, 0u64);
         let mut idle = IdleSpan::default();
-        // Called only before a step waits (see `Watch::under_way`): a run
-        // that never waits leaves the caller's bookkeeping for after it.
+        // Called before the first receive is polled, or before a send
+        // waits for a cell (see `Watch::under_way`): a run that only sends
+        // and never waits leaves the caller's bookkeeping for after it.
         let mut under_way = watch.under_way;
         for step in &x.steps {
             let moved = match step {
@@ -227,6 +228,11 @@ impl Driver {
                 }
                 Step::Recv { item, tag, recv: r } => {
                     let link = &mut *links[r.chan.peer][r.chan.stream as usize];
+                    // Whether or not the frame is there yet: done only once
+                    // it is found missing, the bookkeeping would take the
+                    // moments that happen to be spare, differently from one
+                    // call to the next as the peers' timing drifts.
+                    self.under_way(&mut under_way);
                     loop {
                         if fastbox::recv(link, bufs, r, *tag, op, words)? {
                             got |= bit(*item);
@@ -234,7 +240,6 @@ impl Driver {
                         }
                         // The frame is in the ring (the peer had no free
                         // cell), or the wait outlasted the polling budget.
-                        self.under_way(&mut under_way);
                         if link.ready(false) || !self.express_idle(&mut idle, watch, r.chan.peer)? {
                             break false;
                         }

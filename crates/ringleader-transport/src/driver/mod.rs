@@ -92,9 +92,11 @@ pub struct Watch<'a> {
     /// a while. Bookkeeping done here (the runtime writes the call's flight
     /// record) is off the critical path of a small collective, where done
     /// before the run it would delay every peer by as much. An express run
-    /// ([`Driver::run_express`]) calls it only before it first waits for a
-    /// peer (or hands over); one that never waits does not call it, and the
-    /// caller does that bookkeeping after the run, at once with the rest.
+    /// ([`Driver::run_express`]) calls it when its sends before the first
+    /// receive are out, before it polls for that receive (or earlier, when
+    /// a send waits for a free cell, or when it hands over); one that only
+    /// sends and never waits does not call it, and the caller does that
+    /// bookkeeping after the run, at once with the rest.
     pub under_way: Option<&'a dyn Fn()>,
 }
 

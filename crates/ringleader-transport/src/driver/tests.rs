@@ -602,3 +602,34 @@ fn tries_to_move_come_soon_then_less_often_and_soon_again_after_a_quiet_spell() 
     assert!(!g.admit(t0 + ms(1702)));
     assert!(g.admit(t0 + ms(1703)));
 }
+
+/// [`Side::run`] with `under_way` as the watch's bookkeeping.
+fn run_watched(s: &mut Side, bufs: &mut [Buf<'_>], plan: &Plan, under_way: &dyn Fn()) -> Result<()> {
+    let deadline = Deadline::At(Instant::now() + Duration::from_secs(20));
+    let watch = Watch { abort: &s.abort, deadline, awaited: &RankSet::new(0), under_way: Some(under_way) };
+    s.driver.run(&mut s.links, bufs, plan, &op(), &watch)
+}
+
+#[test]
+fn an_express_run_does_its_bookkeeping_before_its_first_receive_even_when_the_frame_is_there() {
+    let (a, b, wa, wb) = test_pair("t-drv-underway");
+    let (mut a, mut b) = (side(0, a, wa), side(1, b, wb));
+    let calls = std::cell::Cell::new(0);
+    let count = || calls.set(calls.get() + 1);
+    // Rank 1 only sends, into a free cell: it never waits, and leaves the
+    // bookkeeping to its caller.
+    let mut send_only = Plan::default();
+    send_only.send(Chan { peer: 0, stream: 0 }, Region::new(0, 0, 8), None);
+    let theirs = pattern(5, 8);
+    run_watched(&mut b, &mut [Buf::Ro(&theirs)], &send_only, &count).unwrap();
+    assert_eq!(calls.get(), 0, "a run that only sends and never waits has nothing under way to report");
+    // Rank 0's frame from rank 1 is already in its cell: it never waits
+    // either, but its bookkeeping is done while its own frame travels,
+    // once, and the frame lands.
+    let ours = pattern(1, 8);
+    let mut out = pattern(2, 8);
+    let plan = for_peer(exchange(RecvMode::Copy, 8), 1);
+    run_watched(&mut a, &mut [Buf::Ro(&ours), Buf::Rw(&mut out)], &plan, &count).unwrap();
+    assert_eq!(calls.get(), 1, "the exchange reported itself under way once, before taking the waiting frame");
+    assert_eq!(out, theirs);
+}
