@@ -17,13 +17,14 @@
 //! done so far: a frame that arrives in the ring (the peer had no free
 //! cell), no free cell while ranks share cores, a wait longer than the
 //! polling budget. Sleeping, deadlines and publishing the awaited peers
-//! stay the general loop's. With a core per rank, a send that finds no
-//! free cell waits for one within that same polling budget rather than
-//! take the ring at once: a rooted collective's root that went on through
-//! the ring would stay ahead of its receivers, and every frame after it
-//! would take the ring's slower path on both sides.
+//! stay the general loop's. A send that finds no free cell waits for one
+//! within that same polling budget (spinning, or yielding its core where
+//! ranks share cores, so that the receiver it waits for can run) rather
+//! than take the ring at once: a rooted collective's root that went on
+//! through the ring would stay ahead of its receivers, and every frame
+//! after it would take the ring's slower path on both sides.
 
-use super::wait::{Doorbells, Idle, IdleSpan, Whereabouts};
+use super::wait::{Doorbells, IdleSpan, Whereabouts};
 use super::{fastbox, Driver, Links, Watch};
 use crate::link::FASTBOX_MAX;
 use crate::plan::{Buf, OpInfo, Plan, RecvItem, SendItem};
@@ -217,11 +218,11 @@ impl Driver {
                             sent |= bit(*item);
                             break true;
                         }
-                        // Every cell to this peer is full. With a core
-                        // each, wait for the peer to free one (see the
-                        // module docs); sharing cores, go on through the ring.
+                        // Every cell to this peer is full: wait for the
+                        // peer to free one, within the polling budget (see
+                        // the module docs).
                         self.under_way(&mut under_way);
-                        if !matches!(self.idle, Idle::Spin(_)) || !self.express_idle(&mut idle, watch, s.chan.peer)? {
+                        if !self.express_idle(&mut idle, watch, s.chan.peer)? {
                             break false;
                         }
                     }

@@ -462,20 +462,20 @@ fn boxed_runs_hand_over_when_cells_run_out_and_frames_take_the_ring() {
     drop(sender);
 }
 
-#[test]
-fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring() {
-    // Rank 0 polls without a limit that matters here: after CELLS plans
-    // it waits for rank 1 to free a cell rather than write the ring, so a
-    // root that runs ahead of its receiver stays on the fastbox path.
-    // Rank 1 has not run yet (it has published no CPU), so the check for
-    // a peer sharing the core cannot cut the wait short.
+/// Rank 0, waiting by `idle` (a budget that does not run out here), sends
+/// 3 * CELLS one-frame plans before rank 1 reads any: after CELLS plans it
+/// waits for rank 1 to free a cell rather than write the ring, so a root
+/// that runs ahead of its receivers stays on the fastbox path. Rank 1 has
+/// not run yet (it has published no CPU), so the check for a peer sharing
+/// the core cannot cut a spinning wait short.
+fn a_boxed_send_waits_for_a_free_cell(idle: Idle, run: &str) {
     const PLANS: usize = 3 * crate::shm::CELLS_PER_RING;
-    let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-cellwait", [None, None]);
+    let (a, b, wa, wb) = crate::shm::test_pair_with(run, [None, None]);
     let ta = a.traffic();
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = sent.clone();
     let t = std::thread::spawn(move || {
-        let mut s = side_idle(0, a, wa, Idle::Spin(Duration::from_secs(60)));
+        let mut s = side_idle(0, a, wa, idle);
         send_frames(&mut s, PLANS, Duration::from_secs(60), || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         });
@@ -484,30 +484,44 @@ fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring
     let cells = crate::shm::CELLS_PER_RING;
     let deadline = Instant::now() + Duration::from_secs(20);
     while sent.load(std::sync::atomic::Ordering::SeqCst) < cells {
-        assert!(Instant::now() < deadline, "the first {cells} plans did not complete");
+        assert!(Instant::now() < deadline, "the first {cells} plans did not complete ({idle:?})");
         std::thread::sleep(Duration::from_millis(1));
     }
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), cells, "a send went on without a free cell");
-    assert_eq!(ta.ring_bytes(), 0, "nothing went through the ring");
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), cells, "a send went on without a free cell ({idle:?})");
+    assert_eq!(ta.ring_bytes(), 0, "nothing went through the ring ({idle:?})");
     receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(60));
     let sender = t.join().unwrap();
     assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), PLANS);
+    assert_eq!(ta.ring_bytes(), 0, "every frame went in a cell ({idle:?})");
     drop(sender);
 }
 
 #[test]
-fn ranks_sharing_cores_send_through_the_ring_when_cells_run_out() {
-    // Yielding (more ranks than cores): no wait for a cell; the plans
-    // after the first CELLS go through the ring at once, though nobody
-    // reads them yet.
+fn with_a_core_each_a_boxed_send_waits_for_a_free_cell_rather_than_take_the_ring() {
+    a_boxed_send_waits_for_a_free_cell(Idle::Spin(Duration::from_secs(60)), "t-drv-cellwait");
+}
+
+#[test]
+fn ranks_sharing_cores_wait_for_a_free_cell_yielding_rather_than_take_the_ring() {
+    // With more ranks than cores, the receiver that would free a cell may
+    // be waiting for this core: the wait yields it, and a broadcast's root
+    // does not push its receivers onto the ring's slower path.
+    a_boxed_send_waits_for_a_free_cell(Idle::Yield(Duration::from_secs(60)), "t-drv-cellyield");
+}
+
+#[test]
+fn ranks_sharing_cores_send_through_the_ring_once_their_yielding_budget_is_spent() {
+    // Yielding for 1 ms at most: the plans after the first CELLS each wait
+    // that long for a cell, then go through the ring, though nobody reads
+    // them yet.
     const PLANS: usize = 3 * crate::shm::CELLS_PER_RING;
     let (a, b, wa, wb) = crate::shm::test_pair_with("t-drv-yieldring", [None, None]);
     let ta = a.traffic();
-    let mut s = side_idle(0, a, wa, Idle::Yield(Duration::from_secs(60)));
+    let mut s = side_idle(0, a, wa, Idle::Yield(Duration::from_millis(1)));
     let start = Instant::now();
     send_frames(&mut s, PLANS, Duration::from_secs(60), || {});
-    assert!(start.elapsed() < Duration::from_secs(30), "the sends waited for cells");
+    assert!(start.elapsed() < Duration::from_secs(30), "the sends waited for cells past their budget");
     assert!(ta.ring_bytes() > 0);
     receive_frames(&mut side(1, b, wb), PLANS, Duration::from_secs(60));
     assert_eq!(ta.boxes_taken(), crate::shm::CELLS_PER_RING as u64);
