@@ -15,8 +15,8 @@
 //!
 //! Whatever falls outside that hands over to the general loop with what is
 //! done so far: a frame that arrives in the ring (the peer had no free
-//! cell), no free cell while ranks share cores, a wait longer than the
-//! polling budget. Sleeping, deadlines and publishing the awaited peers
+//! cell), a wait (for a frame or for a free cell) longer than the polling
+//! budget. Sleeping, deadlines and publishing the awaited peers
 //! stay the general loop's. A send that finds no free cell waits for one
 //! within that same polling budget (spinning, or yielding its core where
 //! ranks share cores, so that the receiver it waits for can run) rather
