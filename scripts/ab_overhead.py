@@ -19,13 +19,11 @@ then copy target/release/examples/recorder_overhead aside.
 """
 
 import collections
-import json
 import os
 import statistics
-import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from overhead import REPO, paired_launch
 
 
 def main():
@@ -38,11 +36,7 @@ def main():
     for i in range(launches):
         order = "on-first" if i % 2 == 0 else "off-first"
         for b in bins if i % 2 == 0 else bins[::-1]:
-            cmd = [rl, "launch", "--nproc-per-node", "2", "--", b, "8", "500", "200", what, order]
-            out = subprocess.run(cmd, env=dict(os.environ, RINGLEADER_TRANSPORT="shm"), capture_output=True,
-                                 text=True, timeout=300, check=True).stdout
-            line = next(x for x in out.splitlines() if "on_us" in x)
-            d = json.loads(line[line.index("{"):])
+            d = paired_launch(rl, b, 8, 500, 200, what, order, dict(os.environ, RINGLEADER_TRANSPORT="shm"))
             r = [a / c for a, c in zip(d["on_us"], d["off_us"])]
             state = "slow" if statistics.median(d["off_us"]) >= slow_us else "fast"
             print(f"# launch {i + 1} {os.path.basename(b)} {order} {state}: {100 * (statistics.median(r) - 1):+.2f}% "

@@ -55,6 +55,15 @@ def run(binary, transport, nbytes, iters, env, out):
 PAIRED_SIZES = [(8, 500, 200), (1 << 20, 20, 60)]
 
 
+def paired_launch(ringleader, example, nbytes, calls, blocks, what, order, env):
+    """One launch of the paired example on 2 ranks: its JSON line (per-block
+    `on_us` and `off_us`), or raises with the launch's output."""
+    cmd = [ringleader, "launch", "--nproc-per-node", "2", "--", example, str(nbytes), str(calls), str(blocks), what, order]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300).stdout
+    line = next(x for x in out.splitlines() if "on_us" in x)
+    return json.loads(line[line.index("{"):])
+
+
 def paired(args):
     example = os.path.join(REPO, "target", "release", "examples", "recorder_overhead")
     if not os.access(example, os.X_OK):
@@ -70,11 +79,7 @@ def paired(args):
             for i in range(args.launches):
                 order = "on-first" if i % 2 == 0 else "off-first"
                 for what in runs:
-                    cmd = [args.ringleader, "launch", "--nproc-per-node", "2", "--", example, str(nbytes), str(calls),
-                           str(blocks), what, order]
-                    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300).stdout
-                    line = next(x for x in out.splitlines() if "on_us" in x)
-                    d = json.loads(line[line.index("{"):])
+                    d = paired_launch(args.ringleader, example, nbytes, calls, blocks, what, order, env)
                     print(f"# {t} {nbytes} {what} {order}: {json.dumps(d)}", file=sys.stderr, flush=True)
                     runs[what][0].extend(d["on_us"])
                     runs[what][1].extend(d["off_us"])

@@ -42,8 +42,20 @@ impl Side {
     }
 
     fn run_op(&mut self, bufs: &mut [Buf<'_>], plan: &Plan, within: Duration, op: &OpInfo) -> Result<()> {
+        self.run_watched(bufs, plan, within, op, None)
+    }
+
+    /// [`Side::run_op`] with `under_way` as the watch's bookkeeping.
+    fn run_watched(
+        &mut self,
+        bufs: &mut [Buf<'_>],
+        plan: &Plan,
+        within: Duration,
+        op: &OpInfo,
+        under_way: Option<&dyn Fn()>,
+    ) -> Result<()> {
         let deadline = Deadline::At(Instant::now() + within);
-        let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0), under_way: None };
+        let watch = Watch { abort: &self.abort, deadline, awaited: &RankSet::new(0), under_way };
         self.driver.run(&mut self.links, bufs, plan, op, &watch)
     }
 
@@ -617,13 +629,6 @@ fn tries_to_move_come_soon_then_less_often_and_soon_again_after_a_quiet_spell() 
     assert!(g.admit(t0 + ms(1703)));
 }
 
-/// [`Side::run`] with `under_way` as the watch's bookkeeping.
-fn run_watched(s: &mut Side, bufs: &mut [Buf<'_>], plan: &Plan, under_way: &dyn Fn()) -> Result<()> {
-    let deadline = Deadline::At(Instant::now() + Duration::from_secs(20));
-    let watch = Watch { abort: &s.abort, deadline, awaited: &RankSet::new(0), under_way: Some(under_way) };
-    s.driver.run(&mut s.links, bufs, plan, &op(), &watch)
-}
-
 #[test]
 fn an_express_run_does_its_bookkeeping_before_its_first_receive_even_when_the_frame_is_there() {
     let (a, b, wa, wb) = test_pair("t-drv-underway");
@@ -635,7 +640,7 @@ fn an_express_run_does_its_bookkeeping_before_its_first_receive_even_when_the_fr
     let mut send_only = Plan::default();
     send_only.send(Chan { peer: 0, stream: 0 }, Region::new(0, 0, 8), None);
     let theirs = pattern(5, 8);
-    run_watched(&mut b, &mut [Buf::Ro(&theirs)], &send_only, &count).unwrap();
+    b.run_watched(&mut [Buf::Ro(&theirs)], &send_only, Duration::from_secs(20), &op(), Some(&count)).unwrap();
     assert_eq!(calls.get(), 0, "a run that only sends and never waits has nothing under way to report");
     // Rank 0's frame from rank 1 is already in its cell: it never waits
     // either, but its bookkeeping is done while its own frame travels,
@@ -643,7 +648,8 @@ fn an_express_run_does_its_bookkeeping_before_its_first_receive_even_when_the_fr
     let ours = pattern(1, 8);
     let mut out = pattern(2, 8);
     let plan = for_peer(exchange(RecvMode::Copy, 8), 1);
-    run_watched(&mut a, &mut [Buf::Ro(&ours), Buf::Rw(&mut out)], &plan, &count).unwrap();
+    a.run_watched(&mut [Buf::Ro(&ours), Buf::Rw(&mut out)], &plan, Duration::from_secs(20), &op(), Some(&count))
+        .unwrap();
     assert_eq!(calls.get(), 1, "the exchange reported itself under way once, before taking the waiting frame");
     assert_eq!(out, theirs);
 }
