@@ -13,7 +13,9 @@ first binary's median over each other's (above 1: the other is faster).
 
 Binaries are `ringleader` builds copied aside (`cargo build --release -p
 ringleader-cli`, then `cp target/release/ringleader /tmp/rl-NAME`).
-TRANSPORT=tcp (default shm) picks the transport. Barrier runs at size 0.
+TRANSPORT=tcp (default shm) picks the transport; PERF_ARGS adds options
+to every launch (`PERF_ARGS="-n 20000 -w 1000"`: more calls per launch
+than the adaptive count's 1000 at most). Barrier runs at size 0.
 """
 
 import collections
@@ -31,6 +33,7 @@ def main():
     rounds, nprocs, ops, sizes = int(sys.argv[1]), sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
     bins = sys.argv[5:]
     transport = os.environ.get("TRANSPORT", "shm")
+    extra = os.environ.get("PERF_ARGS", "").split()
     times = collections.defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="rl-ab-") as tmp:
         out = os.path.join(tmp, "row.jsonl")
@@ -42,7 +45,7 @@ def main():
                         if os.path.exists(out):
                             os.remove(out)
                         cmd = [b, "perf", "--op", op, "--nproc", n, "--transport", transport,
-                               "--sizes", "0" if op == "barrier" else sizes, "--json", out, "--time-limit", "120"]
+                               "--sizes", "0" if op == "barrier" else sizes, "--json", out, "--time-limit", "120"] + extra
                         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
                         if p.returncode != 0:
                             print(f"# failed: {' '.join(cmd)}: {p.stderr[-300:]}", file=sys.stderr)

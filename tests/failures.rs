@@ -316,12 +316,12 @@ fn dev_shm_inner() {
         return;
     }
     // 16 streams: each rank's segment holds 17 rings of 2 MiB and their
-    // fastbox cells (36.2 MiB); two of them do not fit in 64 MiB.
+    // fastbox cells (42.6 MiB); two of them do not fit in 64 MiB.
     let outs = run(JobSpec::new(2, "shm_job").env("RINGLEADER_STREAMS", "16").limit(60));
     for o in &outs {
         let e = err_of(o);
         assert_eq!(e.kind, "invalid-argument", "{e:?}");
-        for needle in ["/dev/shm is too small", "64.0 MiB", "need 72.", "RINGLEADER_TRANSPORT=tcp", "--shm-size="] {
+        for needle in ["/dev/shm is too small", "64.0 MiB", "need 85.", "RINGLEADER_TRANSPORT=tcp", "--shm-size="] {
             assert!(e.message.contains(needle), "{needle:?} missing from {}", e.message);
         }
         assert!(e.elapsed_ms < 10_000, "{e:?}");

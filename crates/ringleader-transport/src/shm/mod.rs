@@ -41,8 +41,9 @@
 //!
 //! Small frames (up to [`BOX_PAYLOAD`] bytes of payload) skip the ring the
 //! other way: the writer puts the whole frame, header fields and payload,
-//! in a fastbox cell of two cache lines beside the ring, which the reader
-//! polls; a frame costs about the transfer of the line it lies in. Cells
+//! in a fastbox cell beside the ring (the header and the payload's first
+//! bytes in its first cache line), which the reader polls; a frame costs
+//! about the transfer of the lines it fills. Cells
 //! keep their place in the ring's order, and a writer without a free cell
 //! uses the ring (see `fastbox.rs`).
 //!

@@ -21,8 +21,9 @@ pub(super) const LINE: usize = 64;
 pub(super) const HEADER_BYTES: usize = LINE;
 pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
 /// Bumped with every change of the layout (002: fastboxes; 003: the CPU
-/// beside the doorbell, fastbox cells of 4 KiB; 004: 32 cells per ring).
-pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3034; // "RLSHM004"
+/// beside the doorbell, fastbox cells of 4 KiB; 004: 32 cells per ring;
+/// 005: 128).
+pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3035; // "RLSHM005"
 
 /// The futex word and sleeper count a rank waits on, and what its peers
 /// need to read its memory directly (its pid, and where a nonce lies).
@@ -89,10 +90,13 @@ pub(super) struct Cell {
 /// Fastbox cells per ring: a writer runs out only when it is this many
 /// small frames ahead of its reader (it then waits for one or writes to
 /// the ring). A broadcast's root runs ahead of its receivers, and the
-/// further it can, the less often it stalls on one of them
-/// (docs/perf/express-2026-12-06.md has the measurements); the cells cost
-/// 130 KiB per ring, beside its 2 MiB.
-pub(super) const CELLS: usize = 32;
+/// further it can, the less often it stalls on one of them; where ranks
+/// share cores each stall is a trip through the scheduler for the root
+/// and for the receiver it waits on, so the depth sets how many calls
+/// share that cost (docs/perf/express-2026-12-06.md and
+/// docs/perf/cells-2026-12-07.md have the measurements). The cells cost
+/// 520 KiB per ring, beside its 2 MiB.
+pub(super) const CELLS: usize = 128;
 /// Bytes of one cell: 4 KiB of payload and the header's line (a frame of
 /// a few hundred bytes to a few kilobytes then costs its lines too, not
 /// a ring frame's bookkeeping).
@@ -270,7 +274,7 @@ pub(super) fn page_size() -> usize {
 /// false where the kernel cannot (before 5.14). The segment's pages exist
 /// already (it is allocated in full when created): only the mappings are
 /// made. Left to fault in on first use, a link's first frames pay for them:
-/// a cell is longer than a page, so each of a link's first 32 small frames
+/// a cell is longer than a page, so each of a link's first [`CELLS`] small frames
 /// took a page fault on both sides, about 3 us each in a virtual machine,
 /// ten times the frame; a ring's first pass took one per 4 KiB.
 fn map_in(start: usize, len: usize) -> bool {

@@ -308,7 +308,7 @@ fn peer_mapped(what: &str) -> Domain {
 
 #[test]
 fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
-    // Left to fault in, each of a link's first 32 small frames took a page
+    // Left to fault in, each of a link's first CELLS small frames took a page
     // fault on each side (its cell is longer than a page).
     let a = peer_mapped("mapped");
     let (rings, tx, rx) = (1, a.slot(1, 0, 0), a.slot(0, 1, 0));
