@@ -135,15 +135,49 @@ fn tcp_side(me: Rank, link: crate::tcp::TcpLink) -> Side {
 
 #[test]
 fn a_spliced_send_returns_only_once_the_receiver_has_the_bytes() {
-    // The receiver starts late, so the whole frame waits in the
-    // sockets, still in the sender's pages. The sender then reuses its
-    // buffer as a caller would: the receiver must still get the bytes
-    // of the call, which only the wait for its acknowledgement ensures.
+    // The sender also receives (a rank that only sends does not splice),
+    // and the receiver starts late, so the whole frame waits in the
+    // sockets, still in the sender's pages, while the sender has its own
+    // receive at once. The sender then reuses its buffer as a caller
+    // would: the receiver must still get the bytes of the call, which only
+    // the wait for its acknowledgement ensures.
     let (a, b) = crate::tcp::test_pair();
     let len = 3 * MIB + 8;
     let t = std::thread::spawn(move || {
         let mut s = tcp_side(1, b);
         std::thread::sleep(Duration::from_millis(300));
+        let (word, mut out) = ([7u8; 8], vec![0u8; len]);
+        let mut plan = Plan::default();
+        plan.send(Chan { peer: 0, stream: 0 }, Region::new(0, 0, 8), None);
+        plan.recv(Chan { peer: 0, stream: 0 }, Region::new(1, 0, len), RecvMode::Copy, None, None);
+        s.run(&mut [Buf::Ro(&word), Buf::Rw(&mut out)], &plan, Duration::from_secs(10)).unwrap();
+        out
+    });
+    let mut s = tcp_side(0, a);
+    let (mut data, mut word) = (pattern(3, len), [0u8; 8]);
+    let mut plan = Plan::default();
+    plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, len), None);
+    plan.recv(Chan { peer: 1, stream: 0 }, Region::new(1, 0, 8), RecvMode::Copy, None, None);
+    s.run(&mut [Buf::Rw(&mut data), Buf::Rw(&mut word)], &plan, Duration::from_secs(10)).unwrap();
+    data.iter_mut().for_each(|x| *x = 0xff);
+    assert_eq!(word, [7; 8]);
+    assert!(t.join().unwrap() == pattern(3, len), "the receiver saw the buffer change");
+}
+
+#[test]
+fn a_rank_that_only_sends_copies_into_the_socket_rather_than_splice() {
+    // A broadcast's root: splicing would hold it until the receiver
+    // acknowledged the frame, where a copy into the socket lets it go on.
+    // The receiver reads only once the sender's run has returned, so a
+    // spliced frame would keep the sender waiting for an acknowledgement
+    // that cannot come, until its deadline.
+    // Room in the sockets for the whole frame, as data connections ask.
+    let (a, b) = crate::tcp::test_pair_sized(Some(4 << 20));
+    let len = MIB;
+    let (returned, go) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut s = tcp_side(1, b);
+        go.recv_timeout(Duration::from_secs(20)).expect("the sender's run returned");
         let mut out = vec![0u8; len];
         let mut plan = Plan::default();
         plan.recv(Chan { peer: 0, stream: 0 }, Region::new(0, 0, len), RecvMode::Copy, None, None);
@@ -151,12 +185,13 @@ fn a_spliced_send_returns_only_once_the_receiver_has_the_bytes() {
         out
     });
     let mut s = tcp_side(0, a);
-    let mut data = pattern(3, len);
+    let data = pattern(4, len);
     let mut plan = Plan::default();
     plan.send(Chan { peer: 1, stream: 0 }, Region::new(0, 0, len), None);
-    s.run(&mut [Buf::Rw(&mut data)], &plan, Duration::from_secs(10)).unwrap();
-    data.iter_mut().for_each(|x| *x = 0xff);
-    assert!(t.join().unwrap() == pattern(3, len), "the receiver saw the buffer change");
+    let r = s.run(&mut [Buf::Ro(&data)], &plan, Duration::from_secs(5));
+    let _ = returned.send(());
+    r.expect("a rank that only sends returns once its frame is in the socket");
+    assert!(t.join().unwrap() == data);
 }
 
 #[test]

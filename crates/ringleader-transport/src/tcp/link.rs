@@ -232,9 +232,19 @@ fn recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<ReadOutcome> {
 /// rank 1's link to rank 0).
 #[cfg(test)]
 pub(crate) fn test_pair() -> (TcpLink, TcpLink) {
+    test_pair_sized(None)
+}
+
+/// [`test_pair`], rank 0's socket asking for a send buffer of `send` bytes
+/// (as data connections ask for theirs, see `listen.rs`).
+#[cfg(test)]
+pub(crate) fn test_pair_sized(send: Option<usize>) -> (TcpLink, TcpLink) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (b, _) = l.accept().unwrap();
+    if let Some(n) = send {
+        socket2::SockRef::from(&a).set_send_buffer_size(n).unwrap();
+    }
     (TcpLink::new(a, 1).unwrap(), TcpLink::new(b, 0).unwrap())
 }
 

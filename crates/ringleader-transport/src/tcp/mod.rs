@@ -23,4 +23,4 @@ pub use listen::{ip_of_interface, DataListener, ListenOptions};
 pub use mesh::{Mesh, MeshOptions};
 
 #[cfg(test)]
-pub(crate) use link::test_pair;
+pub(crate) use link::{test_pair, test_pair_sized};
