@@ -170,8 +170,8 @@ fn a_rank_that_only_sends_copies_into_the_socket_rather_than_splice() {
     // acknowledged the frame, where a copy into the socket lets it go on.
     // The receiver reads only once the sender's run has returned, so a
     // spliced frame would keep the sender waiting for an acknowledgement
-    // that cannot come, until its deadline.
-    // Room in the sockets for the whole frame, as data connections ask.
+    // that cannot come, until its deadline. The sender's socket has room
+    // for the whole frame, as data connections ask for.
     let (a, b) = crate::tcp::test_pair_sized(Some(4 << 20));
     let len = MIB;
     let (returned, go) = std::sync::mpsc::channel();

@@ -1,5 +1,6 @@
-//! Fastboxes: small frames whole in a cell of two cache lines beside each
-//! ring, in the ring's order.
+//! Fastboxes: small frames whole in a cell beside each ring (the header
+//! in its first cache line, the payload from there on), in the ring's
+//! order.
 //!
 //! A small frame through the ring costs more than its bytes: the writer
 //! reads the reader's position (a line the reader wrote), the reader reads

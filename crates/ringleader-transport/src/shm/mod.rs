@@ -43,9 +43,9 @@
 //! other way: the writer puts the whole frame, header fields and payload,
 //! in a fastbox cell beside the ring (the header and the payload's first
 //! bytes in its first cache line), which the reader polls; a frame costs
-//! about the transfer of the lines it fills. Cells
-//! keep their place in the ring's order, and a writer without a free cell
-//! uses the ring (see `fastbox.rs`).
+//! about the transfer of the lines it fills. Cells keep their place in the
+//! ring's order, and a writer without a free cell uses the ring (see
+//! `fastbox.rs`).
 //!
 //! Everything read from shared memory (the ring positions) is bounded before
 //! use: a corrupt or malicious peer can make this rank fail, never make it

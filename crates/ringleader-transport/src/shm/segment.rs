@@ -274,9 +274,9 @@ pub(super) fn page_size() -> usize {
 /// false where the kernel cannot (before 5.14). The segment's pages exist
 /// already (it is allocated in full when created): only the mappings are
 /// made. Left to fault in on first use, a link's first frames pay for them:
-/// a cell is longer than a page, so each of a link's first [`CELLS`] small frames
-/// took a page fault on both sides, about 3 us each in a virtual machine,
-/// ten times the frame; a ring's first pass took one per 4 KiB.
+/// a cell is longer than a page, so each of a link's first [`CELLS`] small
+/// frames took a page fault on both sides, about 3 us each in a virtual
+/// machine, ten times the frame; a ring's first pass took one per 4 KiB.
 fn map_in(start: usize, len: usize) -> bool {
     let page = page_size();
     let (lo, hi) = (start & !(page - 1), (start + len).next_multiple_of(page));
