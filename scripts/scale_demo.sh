@@ -39,7 +39,7 @@ for s in "${scenarios[@]}"; do
     dir=$out/$s
     mkdir -p "$dir/times"
     start=$(date +%s.%N)
-    # TCP: the default shared-memory rings would ask for 2.5 MiB per local
+    # TCP: the default shared-memory rings would ask for 2.1 MiB per local
     # peer and stream, far beyond /dev/shm at this many ranks on one host.
     SCALE_DEMO_TIMES=$dir/times RINGLEADER_TRANSPORT=tcp RINGLEADER_TIMEOUT=${RINGLEADER_TIMEOUT:-20} \
         timeout 300 "$bin" launch --nproc-per-node "$ranks" -- "$demo" "$s" 2>&1 >"$dir/stdout" | stamp "$dir/stderr" || true

@@ -508,7 +508,7 @@ fn sigusr1_writes_a_dump_on_demand() {
 }
 
 /// 256 real ranks on this host, over TCP (the default shared-memory rings
-/// and their fastbox cells would need about 320 GiB of /dev/shm for 256
+/// and their fastbox cells would need about 270 GiB of /dev/shm for 256
 /// ranks on one host).
 fn large(args: &str, timeout: &str) -> JobSpec<'static> {
     JobSpec::new(256, "many")

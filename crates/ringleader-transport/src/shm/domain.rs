@@ -3,7 +3,7 @@
 
 use super::cross_memory::read_process;
 use super::room::{allocate, check_room, human, leave_note, no_room, shm_error, FAILED_NOTE, SHM_DIR};
-use super::segment::{remove_stale_segments, segment_len, segment_name, Mapping, MAGIC};
+use super::segment::{cells_per_ring, remove_stale_segments, segment_len, segment_name, Mapping, MAGIC};
 use ringleader_core::{AbortSignal, Error, Rank, Result};
 use rustix::fs::Mode;
 use rustix::shm::OFlags;
@@ -58,7 +58,7 @@ impl Domain {
         let mut local = local.to_vec();
         local.sort_unstable();
         let rings = (local.len() - 1) * streams;
-        let len = segment_len(rings);
+        let len = segment_len(rings, cells_per_ring(local.len()));
         check_room(run_id, local.len(), len, streams)?;
         let name = segment_name(run_id, rank, std::process::id());
         let fd =
@@ -109,7 +109,7 @@ impl Domain {
         deadline: std::time::Instant,
         abort: &AbortSignal,
     ) -> Result<()> {
-        let len = segment_len((self.local.len() - 1) * self.streams);
+        let len = segment_len((self.local.len() - 1) * self.streams, self.cells());
         loop {
             abort.check()?;
             let why = match self.try_open(name, len) {
@@ -180,6 +180,11 @@ impl Domain {
     /// every local peer has mapped it.
     pub fn unlink(&self) {
         let _ = rustix::shm::unlink(self.own_name.as_str());
+    }
+
+    /// Fastbox cells per ring in this host's segments.
+    pub(super) fn cells(&self) -> usize {
+        cells_per_ring(self.local.len())
     }
 
     /// Index of `peer`'s rings among a segment owner's rings.

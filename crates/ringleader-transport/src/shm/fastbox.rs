@@ -24,19 +24,13 @@
 //! Everything read from a cell is bounded before use (the peer may be
 //! buggy): the length against the cell, the position against the ring.
 
-use super::segment::{corrupt, ring_bell, BoxLines, Cell, BOX_PAYLOAD, CELLS};
+use super::segment::{corrupt, ring_bell, BoxLines, Cell, BOX_PAYLOAD};
 use super::RING_BYTES;
 use crate::link::{BoxHead, FASTBOX_MAX};
 use ringleader_core::Rank;
 use std::sync::atomic::Ordering;
 
 const _: () = assert!(BOX_PAYLOAD <= FASTBOX_MAX);
-
-/// The cell fastbox frame `count` (1, 2, ...) of a ring occupies.
-#[inline]
-fn index(count: u64) -> usize {
-    ((count - 1) % CELLS as u64) as usize
-}
 
 /// A link's fastboxes, both ways: the cells of its outgoing ring (in the
 /// peer's segment) it writes, and those of its incoming ring (in ours) it
@@ -68,6 +62,12 @@ impl Fastbox {
         Fastbox { lines, peer, sent: 0, taken: 0, read: 0, peeked: false }
     }
 
+    /// The cell fastbox frame `count` (1, 2, ...) of a ring occupies.
+    #[inline]
+    fn index(&self, count: u64) -> usize {
+        ((count - 1) & (self.lines.cells() as u64 - 1)) as usize
+    }
+
     /// The largest payload a fastbox frame carries (at most
     /// [`FASTBOX_MAX`]).
     pub fn capacity(&self) -> usize {
@@ -84,18 +84,19 @@ impl Fastbox {
         }
         let next = self.sent + 1;
         let h = self.lines.tx();
-        if next - self.taken > CELLS as u64 {
+        let cells = self.lines.cells() as u64;
+        if next - self.taken > cells {
             // Pairs with the reader's release: it has copied the cell out.
             let taken = h.box_read.load(Ordering::Acquire);
             if taken > self.sent || taken < self.taken {
                 return Err(corrupt(self.peer));
             }
             self.taken = taken;
-            if next - taken > CELLS as u64 {
+            if next - taken > cells {
                 return Ok(false);
             }
         }
-        let cell = self.lines.tx_cell(index(next));
+        let cell = self.lines.tx_cell(self.index(next));
         // Every ring byte written so far precedes this frame.
         cell.pos.store(h.head.load(Ordering::Relaxed), Ordering::Relaxed);
         cell.seq.store(head.seq, Ordering::Relaxed);
@@ -124,7 +125,7 @@ impl Fastbox {
     #[inline]
     fn next(&self, tail: u64) -> std::io::Result<Option<(&Cell, u64)>> {
         let next = self.read + 1;
-        let cell = self.lines.rx_cell(index(next));
+        let cell = self.lines.rx_cell(self.index(next));
         // Pairs with the writer's release of the stamp.
         if cell.stamp.load(Ordering::Acquire) != next {
             return Ok(None);

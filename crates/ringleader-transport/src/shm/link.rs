@@ -57,7 +57,14 @@ impl Domain {
                     rx: d.slot(d.rank, peer, s),
                     tx: d.slot(peer, d.rank, s),
                     boxes: Fastbox::new(
-                        BoxLines::new(&d.own, peer_map, rings, d.slot(peer, d.rank, s), d.slot(d.rank, peer, s)),
+                        BoxLines::new(
+                            &d.own,
+                            peer_map,
+                            rings,
+                            d.cells(),
+                            d.slot(peer, d.rank, s),
+                            d.slot(d.rank, peer, s),
+                        ),
                         peer,
                     ),
                     rings,

@@ -77,9 +77,10 @@ pub use link::ShmLink;
 pub use segment::{segment_name, BOX_PAYLOAD};
 pub use waiter::Waiter;
 
-/// Fastbox cells per ring (for tests that fill them).
+/// Fastbox cells per ring between two ranks of a 2-rank host (for tests
+/// that fill them).
 #[cfg(test)]
-pub(crate) const CELLS_PER_RING: usize = segment::CELLS;
+pub(crate) const CELLS_PER_RING: usize = segment::cells_per_ring(2);
 
 #[cfg(test)]
 use ringleader_core::AbortSignal;

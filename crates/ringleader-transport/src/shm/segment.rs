@@ -22,7 +22,7 @@ pub(super) const HEADER_BYTES: usize = LINE;
 pub(super) const RING_HEADER_BYTES: usize = 2 * LINE;
 /// Bumped with every change of the layout (002: fastboxes; 003: the CPU
 /// beside the doorbell, fastbox cells of 4 KiB; 004: 32 cells per ring;
-/// 005: 128).
+/// 005: 128 where a host has at most 4 ranks).
 pub(super) const MAGIC: u64 = 0x524c_5348_4d30_3035; // "RLSHM005"
 
 /// The futex word and sleeper count a rank waits on, and what its peers
@@ -63,8 +63,9 @@ pub(super) struct RingHeader {
 /// One fastbox cell (see `fastbox.rs`): a whole small frame, header fields
 /// and payload, the header and the payload's first bytes in the cell's
 /// first cache line, so that a small frame costs the reader the transfer
-/// of the lines it fills and nothing else. Each ring has [`CELLS`] of
-/// them, used in turn; the writer fills one, then stamps it.
+/// of the lines it fills and nothing else. Each ring has
+/// [`cells_per_ring`] of them, used in turn; the writer fills one, then
+/// stamps it.
 #[repr(C)]
 pub(super) struct Cell {
     /// The count of fastbox frames written on this ring, as of this one
@@ -87,16 +88,36 @@ pub(super) struct Cell {
     pub(super) payload: [AtomicU64; BOX_PAYLOAD / 8],
 }
 
-/// Fastbox cells per ring: a writer runs out only when it is this many
-/// small frames ahead of its reader (it then waits for one or writes to
-/// the ring). A broadcast's root runs ahead of its receivers, and the
-/// further it can, the less often it stalls on one of them; where ranks
-/// share cores each stall is a trip through the scheduler for the root
-/// and for the receiver it waits on, so the depth sets how many calls
-/// share that cost (docs/perf/express-2026-12-06.md and
-/// docs/perf/cells-2026-12-07.md have the measurements). The cells cost
-/// 520 KiB per ring, beside its 2 MiB.
-pub(super) const CELLS: usize = 128;
+/// Fastbox cells per ring on a host of at most [`DEEP_UP_TO`] ranks: a
+/// writer runs out only when it is this many small frames ahead of its
+/// reader (it then waits for one or writes to the ring). A broadcast's
+/// root runs ahead of its receivers, and the further it can, the less
+/// often it stalls on one of them; where ranks share cores each stall is
+/// a trip through the scheduler for the root and for the receiver it waits
+/// on, so the depth sets how many calls share that cost
+/// (docs/perf/express-2026-12-06.md and docs/perf/cells-2026-12-07.md have
+/// the measurements). The cells cost 520 KiB per ring, beside its 2 MiB.
+pub(super) const CELLS_DEEP: usize = 128;
+/// Fastbox cells per ring on a host of more ranks (130 KiB per ring). A
+/// cell is longer than a page, so a rank cycles through a page per cell
+/// of each of its rings, both ways: with 8 ranks on 2 cores, 128 cells
+/// made collectives that move in step slower, the pages of the ranks
+/// sharing a core likely outgrowing what its TLB holds, and the rooted
+/// ones gained little (docs/perf/cells-2026-12-07.md).
+pub(super) const CELLS_SHALLOW: usize = 32;
+/// The most ranks on a host for which its rings get [`CELLS_DEEP`] cells.
+pub(super) const DEEP_UP_TO: usize = 4;
+
+/// Fastbox cells per ring in a host of `local` ranks: every rank of the
+/// host works it out alike from the same count (rendezvous gives it), and
+/// the segment layout follows. Always a power of two.
+pub(super) const fn cells_per_ring(local: usize) -> usize {
+    if local <= DEEP_UP_TO {
+        CELLS_DEEP
+    } else {
+        CELLS_SHALLOW
+    }
+}
 /// Bytes of one cell: 4 KiB of payload and the header's line (a frame of
 /// a few hundred bytes to a few kilobytes then costs its lines too, not
 /// a ring frame's bookkeeping).
@@ -116,6 +137,7 @@ const _: () = {
     assert!(std::mem::offset_of!(Cell, payload) == CELL_BYTES - BOX_PAYLOAD);
     assert!(BOX_PAYLOAD % 8 == 0);
     assert!(BOX_PAYLOAD == crate::link::FASTBOX_MAX);
+    assert!(CELLS_DEEP.is_power_of_two() && CELLS_SHALLOW.is_power_of_two());
 };
 
 /// A mapped segment.
@@ -168,11 +190,11 @@ impl Mapping {
         unsafe { self.ptr.as_ptr().add(off) }
     }
 
-    /// Fastbox cell `i` of ring `ring` (of `rings`), after all the rings'
-    /// data.
-    pub(super) fn cell(&self, rings: usize, ring: usize, i: usize) -> &Cell {
-        let off = HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES) + (ring * CELLS + i) * CELL_BYTES;
-        assert!(i < CELLS && off + CELL_BYTES <= self.len);
+    /// Fastbox cell `i` of ring `ring` (of `rings`, `cells` cells each),
+    /// after all the rings' data.
+    pub(super) fn cell(&self, rings: usize, cells: usize, ring: usize, i: usize) -> &Cell {
+        let off = HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES) + (ring * cells + i) * CELL_BYTES;
+        assert!(i < cells && off + CELL_BYTES <= self.len);
         // SAFETY: in bounds (checked), 64-byte aligned (the rings before it
         // are whole lines), atomics only.
         unsafe { &*self.ptr.as_ptr().add(off).cast::<Cell>() }
@@ -188,6 +210,8 @@ pub(super) struct BoxLines {
     rx: NonNull<RingHeader>,
     tx_cells: NonNull<Cell>,
     rx_cells: NonNull<Cell>,
+    /// Cells per ring (a power of two).
+    cells: usize,
     bell: NonNull<Doorbell>,
 }
 
@@ -197,13 +221,15 @@ unsafe impl Send for BoxLines {}
 
 impl BoxLines {
     /// The lines of the link that writes ring `tx` of `peer` (of `rings`
-    /// in each segment) and reads ring `rx` of `own`. The mappings must
-    /// outlive what is made here (the link keeps them).
-    pub(super) fn new(own: &Mapping, peer: &Mapping, rings: usize, tx: usize, rx: usize) -> BoxLines {
+    /// in each segment, `cells` cells each, a power of two) and reads ring
+    /// `rx` of `own`. The mappings must outlive what is made here (the
+    /// link keeps them).
+    pub(super) fn new(own: &Mapping, peer: &Mapping, rings: usize, cells: usize, tx: usize, rx: usize) -> BoxLines {
+        assert!(cells.is_power_of_two());
         // `cell` asserts that a ring's last cell is in bounds, hence all.
-        let (_, _) = (peer.cell(rings, tx, CELLS - 1), own.cell(rings, rx, CELLS - 1));
-        map_in_cells(peer.cell(rings, tx, 0));
-        map_in_cells(own.cell(rings, rx, 0));
+        let (_, _) = (peer.cell(rings, cells, tx, cells - 1), own.cell(rings, cells, rx, cells - 1));
+        map_in_cells(peer.cell(rings, cells, tx, 0), cells);
+        map_in_cells(own.cell(rings, cells, rx, 0), cells);
         // A ring's bytes are not atomics: where the kernel cannot populate,
         // they fault in as they are first used, as before.
         map_in(peer.ring_data(rings, tx) as usize, RING_BYTES);
@@ -211,8 +237,9 @@ impl BoxLines {
         BoxLines {
             tx: NonNull::from(peer.ring_header(tx)),
             rx: NonNull::from(own.ring_header(rx)),
-            tx_cells: NonNull::from(peer.cell(rings, tx, 0)),
-            rx_cells: NonNull::from(own.cell(rings, rx, 0)),
+            tx_cells: NonNull::from(peer.cell(rings, cells, tx, 0)),
+            rx_cells: NonNull::from(own.cell(rings, cells, rx, 0)),
+            cells,
             bell: NonNull::from(peer.doorbell()),
         }
     }
@@ -231,22 +258,28 @@ impl BoxLines {
         unsafe { self.rx.as_ref() }
     }
 
-    /// Outgoing cell `i` (below [`CELLS`]).
+    /// Cells per ring (a power of two).
     #[inline]
-    pub(super) fn tx_cell(&self, i: usize) -> &Cell {
-        debug_assert!(i < CELLS);
-        // SAFETY: the ring's cells lie one after the other (`Cell` is
-        // `CELL_BYTES` long), all in bounds (checked at construction), and
-        // `i` is taken modulo CELLS by every caller.
-        unsafe { &*self.tx_cells.as_ptr().add(i % CELLS) }
+    pub(super) fn cells(&self) -> usize {
+        self.cells
     }
 
-    /// Incoming cell `i` (below [`CELLS`]).
+    /// Outgoing cell `i` (below [`BoxLines::cells`]).
+    #[inline]
+    pub(super) fn tx_cell(&self, i: usize) -> &Cell {
+        debug_assert!(i < self.cells);
+        // SAFETY: the ring's cells lie one after the other (`Cell` is
+        // `CELL_BYTES` long), all in bounds (checked at construction), and
+        // `i` is taken modulo the cells (a power of two) here too.
+        unsafe { &*self.tx_cells.as_ptr().add(i & (self.cells - 1)) }
+    }
+
+    /// Incoming cell `i` (below [`BoxLines::cells`]).
     #[inline]
     pub(super) fn rx_cell(&self, i: usize) -> &Cell {
-        debug_assert!(i < CELLS);
+        debug_assert!(i < self.cells);
         // SAFETY: as for `tx_cell`.
-        unsafe { &*self.rx_cells.as_ptr().add(i % CELLS) }
+        unsafe { &*self.rx_cells.as_ptr().add(i & (self.cells - 1)) }
     }
 
     /// The peer's doorbell.
@@ -274,8 +307,8 @@ pub(super) fn page_size() -> usize {
 /// false where the kernel cannot (before 5.14). The segment's pages exist
 /// already (it is allocated in full when created): only the mappings are
 /// made. Left to fault in on first use, a link's first frames pay for them:
-/// a cell is longer than a page, so each of a link's first [`CELLS`] small
-/// frames took a page fault on both sides, about 3 us each in a virtual
+/// a cell is longer than a page, so each of a link's first small frames,
+/// one per cell, took a page fault on both sides, about 3 us each in a virtual
 /// machine, ten times the frame; a ring's first pass took one per 4 KiB.
 fn map_in(start: usize, len: usize) -> bool {
     let page = page_size();
@@ -287,21 +320,21 @@ fn map_in(start: usize, len: usize) -> bool {
     unsafe { rustix::mm::madvise(lo as *mut std::ffi::c_void, hi - lo, rustix::mm::Advice::LinuxPopulateWrite) }.is_ok()
 }
 
-/// Maps in the pages of the [`CELLS`] cells from `first` on (see
+/// Maps in the pages of the `cells` cells from `first` on (see
 /// [`map_in`]), on kernels that cannot populate by [`write_fault`].
-fn map_in_cells(first: &Cell) {
-    if !map_in(first as *const Cell as usize, CELLS * CELL_BYTES) {
-        write_fault(first);
+fn map_in_cells(first: &Cell, cells: usize) {
+    if !map_in(first as *const Cell as usize, cells * CELL_BYTES) {
+        write_fault(first, cells);
     }
 }
 
-/// Maps in the pages of the [`CELLS`] cells from `first` on by a write
+/// Maps in the pages of the `cells` cells from `first` on by a write
 /// fault per page: a compare-and-swap of one word of it with its own
 /// value, which changes nothing and loses no concurrent store of the
 /// peer's (an atomic add of nothing would not do: the compiler may turn it
 /// into a load, and drop the load).
-pub(super) fn write_fault(first: &Cell) {
-    let (words, n) = (first as *const Cell as *const AtomicU64, CELLS * CELL_BYTES / 8);
+pub(super) fn write_fault(first: &Cell, cells: usize) {
+    let (words, n) = (first as *const Cell as *const AtomicU64, cells * CELL_BYTES / 8);
     // A word a page apart from the first, and the last word: the cells need
     // not start on a page, so the last page may hold only their end.
     for w in (0..n).step_by(page_size() / 8).chain([n - 1]) {
@@ -314,9 +347,9 @@ pub(super) fn write_fault(first: &Cell) {
 }
 
 /// Bytes of a segment holding `rings` rings (their headers, data and
-/// fastbox cells) after the doorbell.
-pub(super) fn segment_len(rings: usize) -> usize {
-    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES + CELLS * CELL_BYTES)
+/// `cells` fastbox cells each) after the doorbell.
+pub(super) fn segment_len(rings: usize, cells: usize) -> usize {
+    HEADER_BYTES + rings * (RING_HEADER_BYTES + RING_BYTES + cells * CELL_BYTES)
 }
 
 /// The name of a rank's segment: the run, the rank and the owner's pid (so

@@ -209,16 +209,16 @@ fn a_writer_without_a_free_cell_is_told_so_and_reuses_cells_once_read() {
     let (mut a, mut b, _, _) = pair("t-box-full");
     let payload: Vec<u8> = (0..BOX_PAYLOAD).map(|i| i as u8).collect();
     assert!(!a.box_send(&head(0), &[0; BOX_PAYLOAD + 1]).unwrap(), "too large");
-    for tag in 0..CELLS as u32 {
+    for tag in 0..CELLS_PER_RING as u32 {
         assert!(a.box_send(&head(tag), &payload).unwrap());
     }
     assert!(!a.box_send(&head(99), b"x").unwrap(), "every cell is taken");
     // Around the cells twice, one frame at a time, every byte intact.
-    for tag in 0..3 * CELLS as u32 {
+    for tag in 0..3 * CELLS_PER_RING as u32 {
         let mut got = None;
         assert!(b.box_recv(&mut |h, p| got = Some((h.tag, p.to_vec()))).unwrap(), "a frame");
         assert_eq!(got, Some((tag, payload.clone())));
-        assert!(a.box_send(&head(tag + CELLS as u32), &payload).unwrap());
+        assert!(a.box_send(&head(tag + CELLS_PER_RING as u32), &payload).unwrap());
     }
 }
 
@@ -227,7 +227,7 @@ fn corrupt_fastbox_cells_are_errors_not_wild_reads() {
     let (mut a, mut b, _, _) = pair("t-box-bad");
     assert!(a.box_send(&head(0), b"12345678").unwrap());
     let d = b.domain.clone();
-    let cell = d.own.cell(b.rings, b.rx, 0);
+    let cell = d.own.cell(b.rings, d.cells(), b.rx, 0);
     cell.len.store(u32::MAX, Ordering::Relaxed);
     assert_eq!(b.box_recv(&mut |_, _| ()).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     // A position far past the ring's.
@@ -237,7 +237,7 @@ fn corrupt_fastbox_cells_are_errors_not_wild_reads() {
     assert_eq!(b.try_read(&mut [0u8; 8]).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
     // A reader count past what was written.
     a.peer_map().ring_header(a.tx).box_read.store(1000, Ordering::Release);
-    for _ in 1..CELLS {
+    for _ in 1..CELLS_PER_RING {
         assert!(a.box_send(&head(0), b"x").unwrap());
     }
     assert_eq!(a.box_send(&head(0), b"x").unwrap_err().kind(), std::io::ErrorKind::InvalidData);
@@ -308,14 +308,14 @@ fn peer_mapped(what: &str) -> Domain {
 
 #[test]
 fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
-    // Left to fault in, each of a link's first CELLS small frames took a page
-    // fault on each side (its cell is longer than a page).
+    // Left to fault in, each of a link's first small frames (one per cell)
+    // took a page fault on each side (its cell is longer than a page).
     let a = peer_mapped("mapped");
     let (rings, tx, rx) = (1, a.slot(1, 0, 0), a.slot(0, 1, 0));
     let peer = a.peers[1].as_ref().unwrap();
     let spans = [
-        (peer.cell(rings, tx, 0) as *const Cell as usize, CELLS * CELL_BYTES),
-        (a.own.cell(rings, rx, 0) as *const Cell as usize, CELLS * CELL_BYTES),
+        (peer.cell(rings, a.cells(), tx, 0) as *const Cell as usize, a.cells() * CELL_BYTES),
+        (a.own.cell(rings, a.cells(), rx, 0) as *const Cell as usize, a.cells() * CELL_BYTES),
         (peer.ring_data(rings, tx) as usize, RING_BYTES),
         (a.own.ring_data(rings, rx) as usize, RING_BYTES),
     ];
@@ -332,13 +332,55 @@ fn a_links_cells_and_ring_are_mapped_in_before_its_first_frame() {
 #[test]
 fn cells_are_mapped_in_by_write_faults_where_the_kernel_cannot_populate() {
     let a = peer_mapped("faulted");
-    let cells = a.peers[1].as_ref().unwrap().cell(1, a.slot(1, 0, 0), 0);
+    let n = a.cells();
+    let cells = a.peers[1].as_ref().unwrap().cell(1, n, a.slot(1, 0, 0), 0);
     let first = cells as *const Cell as usize;
     // A stamp written before stays: the fault adds nothing.
     cells.stamp.store(7, Ordering::Relaxed);
     let page = page_size();
-    assert!(!mapped(first + page, CELLS * CELL_BYTES - page));
-    write_fault(cells);
-    assert!(mapped(first, CELLS * CELL_BYTES));
+    assert!(!mapped(first + page, n * CELL_BYTES - page));
+    write_fault(cells, n);
+    assert!(mapped(first, n * CELL_BYTES));
     assert_eq!(cells.stamp.load(Ordering::Relaxed), 7);
+}
+
+#[test]
+fn hosts_of_up_to_four_ranks_get_deep_cells_and_larger_hosts_shallow_ones() {
+    use super::segment::{cells_per_ring, segment_len, CELLS_DEEP, CELLS_SHALLOW, DEEP_UP_TO};
+    assert!(CELLS_DEEP > CELLS_SHALLOW);
+    for local in 1..=16 {
+        let want = if local <= DEEP_UP_TO { CELLS_DEEP } else { CELLS_SHALLOW };
+        assert_eq!(cells_per_ring(local), want, "{local} ranks");
+    }
+    // Segments are made and mapped at that depth, on every rank alike: a
+    // host of 5 ranks, the first with shallow cells, every link working.
+    let run = format!("t-depth-{}", std::process::id());
+    let local: Vec<ringleader_core::Rank> = (0..5).collect();
+    let abort = AbortSignal::new().unwrap();
+    let mut doms: Vec<Domain> = local.iter().map(|&r| Domain::create(&run, r, 5, &local, 1, None).unwrap()).collect();
+    let names: Vec<String> = doms.iter().map(|d| d.name().to_string()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    for (r, d) in doms.iter_mut().enumerate() {
+        assert_eq!(d.cells(), CELLS_SHALLOW);
+        assert_eq!(d.own.len, segment_len(4, CELLS_SHALLOW));
+        for (p, name) in names.iter().enumerate() {
+            if p != r {
+                d.open_peer(p, name, deadline, &abort).unwrap();
+            }
+        }
+    }
+    for d in &doms {
+        d.unlink();
+    }
+    let (mut links0, _w0) = doms.remove(0).links();
+    let (mut links1, _w1) = doms.remove(0).links();
+    assert_eq!((links0[0].0, links1[0].0), (1, 0));
+    let (a, b) = (&mut links0[0].1[0], &mut links1[0].1[0]);
+    // Around the shallow cells twice.
+    for tag in 0..2 * CELLS_SHALLOW as u32 {
+        assert!(a.box_send(&head(tag), b"depth").unwrap());
+        let mut got = None;
+        assert!(b.box_recv(&mut |h, p| got = Some((h.tag, p.to_vec()))).unwrap());
+        assert_eq!(got, Some((tag, b"depth".to_vec())));
+    }
 }
