@@ -347,7 +347,7 @@ fn cells_are_mapped_in_by_write_faults_where_the_kernel_cannot_populate() {
 #[test]
 fn hosts_of_up_to_four_ranks_get_deep_cells_and_larger_hosts_shallow_ones() {
     use super::segment::{cells_per_ring, segment_len, CELLS_DEEP, CELLS_SHALLOW, DEEP_UP_TO};
-    assert!(CELLS_DEEP > CELLS_SHALLOW);
+    const { assert!(CELLS_DEEP > CELLS_SHALLOW) };
     for local in 1..=16 {
         let want = if local <= DEEP_UP_TO { CELLS_DEEP } else { CELLS_SHALLOW };
         assert_eq!(cells_per_ring(local), want, "{local} ranks");
