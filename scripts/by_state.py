@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""ringleader against native Open MPI, launch by launch, split by the machine's state.
+
+On the 2-vCPU development VM a cache line takes 20-130 ns from one vCPU to
+the other and back in some launches and 250-460 ns in others (where the
+hypervisor has put the two vCPUs), and the state changes between launches a
+fraction of a second apart. Medians over a handful of launches then say
+more about which state the launches met than about either library. This
+runs each library in turn, launch after launch, measures that round trip
+(docs/perf/core_pair_latency.c) right before and right after every launch,
+and reports each cell per state: `near` (both probes under 200 ns), `apart`
+(both over), and how many launches straddled a change (left out).
+
+    scripts/by_state.py ROUNDS CELL... [--raw FILE]
+    scripts/by_state.py 16 shm:all_reduce:64 shm:all_gather:512 tcp:broadcast:8
+
+A cell is TRANSPORT:OP:BYTES (barrier: any size). Two ranks, 20,000 calls
+per launch after 1,000 warm-up (`ringleader perf -n 20000 -w 1000`;
+`rl_mpi_bench` under mpirun with the native table's options). Needs a
+release build (`cargo build --release -p ringleader-cli`), mpicc and mpirun;
+builds rl_mpi_bench and the probe into target/. --raw appends one JSON line
+per launch (cell, library, time, both probes).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(REPO, "target")
+APART_NS = 200.0
+ITERS = ["-n", "20000", "-w", "1000"]
+
+
+def build(src, out, cc, extra):
+    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run([cc, "-O2", "-o", out, src] + extra, check=True)
+    return out
+
+
+def probe(binary):
+    return float(subprocess.run([binary, "100000"], capture_output=True, text=True, check=True, timeout=60).stdout)
+
+
+def launch(lib, cell, rl, mpi):
+    transport, op, size = cell
+    with tempfile.TemporaryDirectory(prefix="rl-state-") as tmp:
+        out = os.path.join(tmp, "row.jsonl")
+        if lib == "ringleader":
+            cmd = [rl, "perf", "--op", op, "--nproc", "2", "--transport", transport, "--sizes", size, "--json", out]
+        else:
+            btl = "self,vader" if transport == "shm" else "tcp,self"
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1",
+                   "--mca", "btl", btl, mpi, "--op", op, "--sizes", size, "--json", out]
+        subprocess.run(cmd + ITERS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=True)
+        with open(out) as f:
+            return json.loads(f.readline())["time_us"]
+
+
+def main():
+    args = sys.argv[1:]
+    raw = None
+    if "--raw" in args:
+        i = args.index("--raw")
+        raw = args[i + 1]
+        del args[i:i + 2]
+    if len(args) < 2:
+        sys.exit(__doc__)
+    rounds = int(args[0])
+    cells = [tuple(c.split(":")) for c in args[1:]]
+    for c in cells:
+        if len(c) != 3 or c[0] not in ("shm", "tcp"):
+            sys.exit(f"by_state.py: a cell is TRANSPORT:OP:BYTES (shm or tcp), not {':'.join(c)}")
+    rl = os.path.join(TARGET, "release", "ringleader")
+    if not os.path.exists(rl):
+        sys.exit("by_state.py: build ringleader first: cargo build --release -p ringleader-cli")
+    mpi = build(os.path.join(REPO, "bench", "mpi", "rl_mpi_bench.c"),
+                os.path.join(TARGET, "rl_mpi_bench", "rl_mpi_bench"), "mpicc", ["-lm"])
+    cpl = build(os.path.join(REPO, "docs", "perf", "core_pair_latency.c"),
+                os.path.join(TARGET, "core_pair_latency", "core_pair_latency"), "gcc", ["-lpthread"])
+    rows = []
+    for r in range(rounds):
+        for cell in cells:
+            for lib in (["openmpi", "ringleader"] if r % 2 == 0 else ["ringleader", "openmpi"]):
+                before = probe(cpl)
+                t = launch(lib, cell, rl, mpi)
+                after = probe(cpl)
+                row = {"cell": ":".join(cell), "lib": lib, "round": r, "time_us": t,
+                       "probe_before_ns": before, "probe_after_ns": after}
+                rows.append(row)
+                if raw:
+                    with open(raw, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+        print(f"# round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+
+    def state(row):
+        lo = min(row["probe_before_ns"], row["probe_after_ns"])
+        hi = max(row["probe_before_ns"], row["probe_after_ns"])
+        return "near" if hi < APART_NS else "apart" if lo >= APART_NS else None
+
+    def summary(ts):
+        if not ts:
+            return "       -               "
+        return f"{statistics.median(ts):7.3f} [{len(ts):2}]".ljust(23)
+
+    print(f"# 2 ranks, us per call (slowest rank), median [launches] per state; {rounds} rounds, each library in turn;")
+    print(f"# near / apart: the vCPU round trip under / over {APART_NS:.0f} ns before and after the launch; above 1: ringleader faster")
+    print(f"{'cell':24} {'state':6} {'ringleader':23} {'Open MPI':23} ratio  (straddled)")
+    for cell in cells:
+        name = ":".join(cell)
+        mine = [x for x in rows if x["cell"] == name]
+        straddled = sum(1 for x in mine if state(x) is None)
+        for st in ("near", "apart", "all"):
+            pick = [x for x in mine if st == "all" or state(x) == st]
+            a = [x["time_us"] for x in pick if x["lib"] == "ringleader"]
+            b = [x["time_us"] for x in pick if x["lib"] == "openmpi"]
+            ratio = f"{statistics.median(b) / statistics.median(a):5.2f}" if a and b else "    -"
+            extra = f"  ({straddled})" if st == "all" else ""
+            print(f"{name:24} {st:6} {summary(a)} {summary(b)} {ratio}{extra}")
+
+
+if __name__ == "__main__":
+    main()
