@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ringleader against native Open MPI, launch by launch, split by the machine's state.
 
-On the 2-vCPU development VM a cache line takes 20-130 ns from one vCPU to
-the other and back in some launches and 250-460 ns in others (where the
+On the 2-vCPU development VM a cache line takes 35-190 ns from one vCPU to
+the other and back in some launches and 290-570 ns in others (where the
 hypervisor has put the two vCPUs), and the state changes between launches a
 fraction of a second apart. Medians over a handful of launches then say
 more about which state the launches met than about either library. This

@@ -4,8 +4,8 @@
  * writing a counter the other polls; prints the mean round trip in ns.
  *
  * On the 2-vCPU development VM the answer depends on where the hypervisor
- * has put the two vCPUs at the moment: about 20-90 ns (one physical core or
- * one shared cache) or 250-400 ns (apart), changing between runs of a
+ * has put the two vCPUs at the moment: about 35-190 ns (one physical core or
+ * one shared cache) or 290-570 ns (apart), changing between runs of a
  * fraction of a second. scripts/by_state.py runs it before and after each
  * benchmark launch to tell which state the launch ran in.
  *
