@@ -15,30 +15,36 @@ and reports each cell per state: `near` (both probes under 200 ns), `apart`
     scripts/by_state.py 16 shm:all_reduce:64 shm:all_gather:512 tcp:broadcast:8
 
 A cell is TRANSPORT:OP:BYTES (barrier: any size). Two ranks, 20,000 calls
-per launch after 1,000 warm-up (`ringleader perf -n 20000 -w 1000`;
-`rl_mpi_bench` under mpirun with the native table's options). Needs a
-release build (`cargo build --release -p ringleader-cli`), mpicc and mpirun;
-builds rl_mpi_bench and the probe into target/. --raw appends one JSON line
-per launch (cell, library, time, both probes).
+per launch after 1,000 warm-up, run by bench_compare.py's native runners
+(`ringleader perf`; `rl_mpi_bench` under mpirun with the native table's
+options, built into target/ when missing). Needs a release build (`cargo
+build --release -p ringleader-cli`), mpicc and mpirun; builds the probe
+into target/ too. --raw appends one JSON line per launch (cell, library,
+time, both probes).
 """
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.path.join(REPO, "target")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_compare  # noqa: E402
+from bench_vs_gloo import REPO, target_dir  # noqa: E402
+
 APART_NS = 200.0
-ITERS = ["-n", "20000", "-w", "1000"]
+PROBE_SOURCE = os.path.join(REPO, "docs", "perf", "core_pair_latency.c")
+LIBS = {"ringleader": {"shm": "rl-perf-shm", "tcp": "rl-perf-tcp"},
+        "openmpi": {"shm": "ompi-c-sm", "tcp": "ompi-c-tcp"}}
 
 
-def build(src, out, cc, extra):
-    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
+def build_probe():
+    out = os.path.join(target_dir(), "core_pair_latency", "core_pair_latency")
+    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(PROBE_SOURCE):
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        subprocess.run([cc, "-O2", "-o", out, src] + extra, check=True)
+        subprocess.run(["gcc", "-O2", "-o", out, PROBE_SOURCE, "-lpthread"], check=True)
     return out
 
 
@@ -46,19 +52,12 @@ def probe(binary):
     return float(subprocess.run([binary, "100000"], capture_output=True, text=True, check=True, timeout=60).stdout)
 
 
-def launch(lib, cell, rl, mpi):
+def launch(opts, lib, cell):
     transport, op, size = cell
-    with tempfile.TemporaryDirectory(prefix="rl-state-") as tmp:
-        out = os.path.join(tmp, "row.jsonl")
-        if lib == "ringleader":
-            cmd = [rl, "perf", "--op", op, "--nproc", "2", "--transport", transport, "--sizes", size, "--json", out]
-        else:
-            btl = "self,vader" if transport == "shm" else "tcp,self"
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1",
-                   "--mca", "btl", btl, mpi, "--op", op, "--sizes", size, "--json", out]
-        subprocess.run(cmd + ITERS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=True)
-        with open(out) as f:
-            return json.loads(f.readline())["time_us"]
+    a = argparse.Namespace(**vars(opts))
+    a.sizes = [size]
+    rows = bench_compare.native_runner(LIBS[lib][transport])(a, op, 2)
+    return next(iter(rows.values()))["time_us"]
 
 
 def main():
@@ -75,19 +74,19 @@ def main():
     for c in cells:
         if len(c) != 3 or c[0] not in ("shm", "tcp"):
             sys.exit(f"by_state.py: a cell is TRANSPORT:OP:BYTES (shm or tcp), not {':'.join(c)}")
-    rl = os.path.join(TARGET, "release", "ringleader")
+    rl = os.path.join(target_dir(), "release", "ringleader")
     if not os.path.exists(rl):
         sys.exit("by_state.py: build ringleader first: cargo build --release -p ringleader-cli")
-    mpi = build(os.path.join(REPO, "bench", "mpi", "rl_mpi_bench.c"),
-                os.path.join(TARGET, "rl_mpi_bench", "rl_mpi_bench"), "mpicc", ["-lm"])
-    cpl = build(os.path.join(REPO, "docs", "perf", "core_pair_latency.c"),
-                os.path.join(TARGET, "core_pair_latency", "core_pair_latency"), "gcc", ["-lpthread"])
+    opts = argparse.Namespace(ringleader=rl, root=0, timeout=300.0, warmup=1000, iters=20000,
+                              mpi_bench=None, mpicc="mpicc")
+    opts.mpi_bench_path = bench_compare.mpi_c_binary(opts)
+    cpl = build_probe()
     rows = []
     for r in range(rounds):
         for cell in cells:
             for lib in (["openmpi", "ringleader"] if r % 2 == 0 else ["ringleader", "openmpi"]):
                 before = probe(cpl)
-                t = launch(lib, cell, rl, mpi)
+                t = launch(opts, lib, cell)
                 after = probe(cpl)
                 row = {"cell": ":".join(cell), "lib": lib, "round": r, "time_us": t,
                        "probe_before_ns": before, "probe_after_ns": after}

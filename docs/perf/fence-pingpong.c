@@ -11,12 +11,10 @@
 #include <stdint.h>
 #include <time.h>
 #include <stdlib.h>
-// Two threads exchange stamps (as a 2-rank all_reduce of 8 B does through
-// fastbox cells): each writes its cell, optionally fences, reads a "sleepers"
-// word in the peer's doorbell line, then polls the peer's cell.
+// Each thread writes its cell, fences or not, reads a "sleepers" word in the
+// peer's doorbell line, then polls the peer's cell.
 struct line { _Alignas(64) _Atomic uint64_t v; char pad[56]; };
 static struct line cell[2], bell[2];
-static _Atomic int mode; // 0: fence, 1: no fence
 static int N = 20000, BLOCKS = 200;
 static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
 static void *run(void *a){ int me=(int)(intptr_t)a; cpu_set_t s; CPU_ZERO(&s); CPU_SET(me,&s); pthread_setaffinity_np(pthread_self(),sizeof s,&s);
