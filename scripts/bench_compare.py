@@ -491,28 +491,31 @@ def prepare_tables(ap, args, tables):
         args.rl_python_env = env
         args.rl_python = {"package": pkg, "library": library, "env": env}
         print(f"# ringleader's Python package: {pkg}, library {library}", file=sys.stderr, flush=True)
-        if any(lib.startswith("rl-torch") for lib in libs):
-            torch_lane(pkg)
+        compiled_lanes(pkg, any(lib.startswith("rl-torch") for lib in libs))
 
 
-def torch_lane(pkg):
-    """Builds the torch backend's C++ lane into the source tree's package
-    when it is missing or older than its source (an installed package has it
-    from pip; the tree has it only once built in place). A failed build is
-    said and the torch rows then run the Python path, which each row's
-    version names."""
+def compiled_lanes(pkg, torch):
+    """Builds the package's compiled lanes into the source tree's package
+    when one is missing or older than its source (an installed package has
+    them from pip; the tree has them only once built in place): the numpy
+    API's C lane (_native.c) and, with ``torch``, the torch backend's C++
+    lane. A failed build is said and those rows then run the ctypes or
+    Python path, which each row's version names."""
     import glob
 
-    src = os.path.join(pkg, "_torch_native.cpp")
-    built = [p for p in glob.glob(os.path.join(pkg, "_torch_native*.so")) if os.path.getmtime(p) >= os.path.getmtime(src)]
-    if built:
+    wanted = [("_native.c", "_native*.so")] + ([("_torch_native.cpp", "_torch_native*.so")] if torch else [])
+    stale = [name for name, pattern in wanted
+             if not [p for p in glob.glob(os.path.join(pkg, pattern))
+                     if os.path.getmtime(p) >= os.path.getmtime(os.path.join(pkg, name))]]
+    if not stale:
         return
-    print("# building the torch backend's C++ lane in place (about 35 s)", file=sys.stderr, flush=True)
+    print(f"# building {', '.join(stale)} in place (the C++ lane about 35 s)", file=sys.stderr, flush=True)
     r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=os.path.dirname(pkg),
                        capture_output=True, text=True)
-    if r.returncode != 0 or not glob.glob(os.path.join(pkg, "_torch_native*.so")):
-        print(f"# warning: the C++ lane did not build; the torch rows run the Python path:\n{r.stdout[-2000:]}"
-              f"{r.stderr[-2000:]}", file=sys.stderr, flush=True)
+    missing = [name for name, pattern in wanted if not glob.glob(os.path.join(pkg, pattern))]
+    if r.returncode != 0 or missing:
+        print(f"# warning: {', '.join(missing) or 'a lane'} did not build; those rows run the ctypes or Python path:\n"
+              f"{r.stdout[-2000:]}{r.stderr[-2000:]}", file=sys.stderr, flush=True)
 
 
 def like_main(ap, args):

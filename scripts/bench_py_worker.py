@@ -171,7 +171,8 @@ class Ringleader(NumpyBuffers):
         self.np, self.pg = np, ringleader.init()
         self.rank, self.world = self.pg.rank, self.pg.world_size
         self.name = name
-        self.version = f"ringleader {ringleader.version()} (python {sys.version.split()[0]}, numpy {np.__version__})"
+        lane = "C lane" if ringleader.NATIVE_LANE else f"ctypes: {ringleader.NATIVE_LANE_MISSING}"
+        self.version = f"ringleader {ringleader.version()} (python {sys.version.split()[0]}, numpy {np.__version__}, {lane})"
 
     def call(self, op, inp, out, root):
         pg = self.pg

@@ -2,6 +2,12 @@
 inside the package, so `pip install ./ffi/python` works on a machine with a
 Rust toolchain and nothing else prepared.
 
+It compiles ringleader/_native.c, the numpy API's blocking calls and the
+call-site capture in C (CPython 3.11 and later with the GIL; a second or
+so). That extension is optional too: without a C compiler, or with
+RINGLEADER_NATIVE_BUILD=0, the package installs without it and runs those
+paths through ctypes (ringleader.NATIVE_LANE says which).
+
 Where torch is importable at build time (pip's --no-build-isolation, or
 torch in the build environment), it also compiles the torch backend's C++
 lane, ringleader/_torch_native.cpp, against that torch (about 35 s). That
@@ -16,6 +22,8 @@ Environment:
   CARGO_TARGET_DIR    honoured, as cargo does
   RINGLEADER_PREBUILT path to an already built libringleader.so to ship
                       instead of building (for packagers)
+  RINGLEADER_NATIVE_BUILD
+                      0: do not build ringleader/_native.c
   RINGLEADER_TORCH_NATIVE_BUILD
                       0: do not build the torch backend's C++ lane
 """
@@ -23,6 +31,8 @@ Environment:
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import setup
@@ -107,15 +117,16 @@ def _torch_extension():
             try:
                 super().run()
             except Exception as e:  # noqa: BLE001 (any compiler failure)
-                print(f"warning: the torch backend's C++ lane did not build ({e}); "
-                      "the backend will run in Python alone", flush=True)
+                print(f"warning: the package's compiled extensions did not build ({e}); "
+                      "the torch backend will run in Python alone, the numpy API through ctypes", flush=True)
 
         def build_extension(self, ext):
             try:
                 super().build_extension(ext)
             except Exception as e:  # noqa: BLE001
-                print(f"warning: the torch backend's C++ lane did not build ({e}); "
-                      "the backend will run in Python alone", flush=True)
+                what = "the torch backend will run in Python alone" if ext.name.endswith("_torch_native") else \
+                    "the numpy API runs through ctypes"
+                print(f"warning: {ext.name} did not build ({e}); {what}", flush=True)
 
     ext = CppExtension(
         "ringleader._torch_native",
@@ -126,15 +137,41 @@ def _torch_extension():
     return ext, OptionalBuildExtension
 
 
+def _native_extension():
+    """The C lane (ringleader/_native.c), or None where it is not to be
+    built: asked not to, an interpreter before 3.11 (no PyFrame_GetLasti)
+    or one without the GIL (its borrowed dictionary lookups need it)."""
+    if os.environ.get("RINGLEADER_NATIVE_BUILD", "1") == "0":
+        return None
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 11):
+        return None
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None
+    from setuptools import Extension
+
+    # optional: a failed compile leaves the package without the lane.
+    # -std given, so that torch's build_ext (when it builds both) adds no
+    # C++ standard to a C file.
+    return Extension(
+        "ringleader._native",
+        ["ringleader/_native.c"],
+        include_dirs=[str(CRATE / "include")],
+        extra_compile_args=["-O2", "-std=gnu11"],
+        optional=True,
+    )
+
+
 cmdclass = {"build_py": BuildWithCargo}
 _ext, _build_ext = _torch_extension()
 if _ext is not None:
     cmdclass["build_ext"] = _build_ext
+_native = _native_extension()
+_extensions = [e for e in (_native, _ext) if e is not None]
 if _bdist_wheel is not None:
 
     class BdistWheel(_bdist_wheel):
-        """Platform wheel; without the torch lane independent of the Python
-        version (ctypes only), with it tagged for this Python."""
+        """Platform wheel; without compiled extensions independent of the
+        Python version (ctypes only), with them tagged for this Python."""
 
         def finalize_options(self):
             super().finalize_options()
@@ -142,10 +179,10 @@ if _bdist_wheel is not None:
 
         def get_tag(self):
             py, abi, plat = super().get_tag()
-            if _ext is not None:
+            if _extensions:
                 return py, abi, plat
             return "py3", "none", plat
 
     cmdclass["bdist_wheel"] = BdistWheel
 
-setup(cmdclass=cmdclass, distclass=BinaryDistribution, ext_modules=[_ext] if _ext is not None else [])
+setup(cmdclass=cmdclass, distclass=BinaryDistribution, ext_modules=_extensions)

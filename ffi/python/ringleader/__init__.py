@@ -151,6 +151,40 @@ _rl_send, _rl_recv, _rl_barrier = _hot.rl_send, _hot.rl_recv, _hot.rl_barrier
 _note_site = _callsite.note_caller
 
 
+def _bind_lane():
+    """ringleader._native (see _native.c) set up to take plain numpy arrays,
+    or None: not built, not loaded, numpy missing, or numpy's array header
+    not as the lane reads it (checked here on probe arrays against what numpy
+    itself says of them)."""
+    n = _lib.native
+    if n is None or _ndarray is _buffers._NoNumpy or not _NP_PLAIN:
+        return None
+    import numpy as np
+
+    probes = [np.arange(7, dtype=np.float32), np.zeros((3, 5))[1:], np.ones(0, dtype=np.int8),
+              np.zeros((2, 3, 4), dtype=np.int64).T, np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2]]
+    ro = np.ones(3, dtype=np.uint8)
+    ro.flags.writeable = False
+    probes.append(ro)
+    rows = [(a, a.__array_interface__["data"][0], a.size, a.flags.num, a.dtype) for a in probes]
+    return n if n.bind_numpy(np.ndarray, dict(_NP_PLAIN), rows) else None
+
+
+# The C lane for blocking calls on plain numpy arrays, or None. Each lane
+# function answers 0 (done), the library's error code (> 0), or -1: not
+# the lane's (another type, a strided, read-only or bool array, a destroyed
+# group...), and then the method takes its general path.
+_lane = _bind_lane()
+NATIVE_LANE = _lane is not None
+"""Whether blocking collectives on plain numpy arrays go through the package's
+C lane (``ringleader._native``) rather than ctypes; why not, if not, in
+:data:`NATIVE_LANE_MISSING`."""
+NATIVE_LANE_MISSING = None if NATIVE_LANE else (_lib.NATIVE_MISSING or "numpy's array header is not as the lane reads it")
+if _lane is not None:
+    _lane_all_reduce, _lane_broadcast, _lane_barrier = _lane.all_reduce, _lane.broadcast, _lane.barrier
+    _lane_all_gather, _lane_reduce_scatter = _lane.all_gather, _lane.reduce_scatter
+
+
 def _destroyed() -> Error:
     return AbortedError("[aborted] the process group was destroyed", kind="aborted")
 
@@ -322,7 +356,15 @@ class ProcessGroup:
 
     def all_reduce(self, buf, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``buf`` across all ranks, in place."""
-        if buf.__class__ is _ndarray and not async_op:
+        if _lane is not None and not async_op:
+            opc = _OPS.get(op) if op.__class__ is str else None
+            if opc is not None:
+                rc = _lane_all_reduce(self._h, buf, opc)
+                if rc == 0:
+                    return None
+                if rc > 0:
+                    raise last_error(rc)
+        elif buf.__class__ is _ndarray and not async_op:
             # The latency lane: a blocking call on a writable, contiguous
             # numpy array of a plain dtype (not bool), op given by name.
             # Anything else, every error included, takes the general path.
@@ -356,6 +398,14 @@ class ProcessGroup:
 
     def reduce_scatter(self, out, inp, op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces ``inp`` (world_size x len(out) elements) across ranks; segment ``rank`` lands in ``out``."""
+        if _lane is not None and not async_op:
+            opc = _OPS.get(op) if op.__class__ is str else None
+            if opc is not None:
+                rc = _lane_reduce_scatter(self._h, out, inp, opc)
+                if rc == 0:
+                    return None
+                if rc > 0:
+                    raise last_error(rc)
         op_, oc, ocode = _resolve(out, "out", True)
         ip, ic, icode = _resolve(inp, "inp", False)
         if ocode != icode:
@@ -382,6 +432,12 @@ class ProcessGroup:
 
     def all_gather(self, out, inp, async_op: bool = False) -> Optional[Work]:
         """Concatenates every rank's ``inp`` in rank order into ``out`` (world_size x len(inp) elements)."""
+        if _lane is not None and not async_op:
+            rc = _lane_all_gather(self._h, out, inp)
+            if rc == 0:
+                return None
+            if rc > 0:
+                raise last_error(rc)
         op_, oc, ocode = _resolve(out, "out", True)
         ip, ic, icode = _resolve(inp, "inp", False)
         if ocode != icode:
@@ -403,6 +459,12 @@ class ProcessGroup:
 
     def broadcast(self, buf, root: int = 0, async_op: bool = False) -> Optional[Work]:
         """Copies rank ``root``'s ``buf`` into every rank's ``buf``."""
+        if _lane is not None and not async_op:
+            rc = _lane_broadcast(self._h, buf, root)
+            if rc == 0:
+                return None
+            if rc > 0:
+                raise last_error(rc)
         ptr, count, code = _resolve(buf, "buf", True)
         h = self._h
         if h is None:
@@ -487,6 +549,12 @@ class ProcessGroup:
 
     def barrier(self, async_op: bool = False) -> Optional[Work]:
         """Returns once every rank has entered the barrier."""
+        if _lane is not None and not async_op:
+            rc = _lane_barrier(self._h)
+            if rc == 0:
+                return None
+            if rc > 0:
+                raise last_error(rc)
         h = self._h
         if h is None:
             raise _destroyed()

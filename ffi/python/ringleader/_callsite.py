@@ -16,6 +16,12 @@ torch's code and, for any other code, that code's own table of tags by
 instruction offset, so that a user frame costs two lookups by int and no key
 is built; the tag last told on this thread is a thread-local attribute.
 
+Where the package's C lane loaded (``ringleader._native``), the same walk
+runs in C over the same tables (calling :func:`_classify` and :func:`_tag`
+for what it has not seen) and :func:`note` and :func:`note_caller` are its
+``note``: one walk, and one record per thread of the tag last told, for
+every caller (the numpy lane, the Python paths, the torch backend).
+
 ``RINGLEADER_CALL_SITES=0`` turns it off (for measuring what it costs).
 """
 
@@ -70,7 +76,9 @@ def _is_internal(code) -> bool:
     return _classify(code) is True
 
 
-def _tag(frame, tags) -> bytes:
+def _tag(frame, tags, at=None) -> bytes:
+    """The tag of ``frame``'s location, kept in ``tags`` under ``at`` (by
+    default the frame's instruction offset; the C walk passes its own)."""
     code = frame.f_code
     line = frame.f_lineno
     path = code.co_filename
@@ -81,7 +89,7 @@ def _tag(frame, tags) -> bytes:
     except ValueError:
         pass
     t = f"{path}:{line} in {code.co_name}".encode("utf-8", "replace")
-    tags[frame.f_lasti] = t
+    tags[frame.f_lasti if at is None else at] = t
     return t
 
 
@@ -122,3 +130,7 @@ note_caller = _walker(2)
 note_caller.__doc__ = """:func:`note` for ringleader's own functions, whose frame is
 ringleader's by construction: the walk starts at their caller's frame, one
 hop fewer."""
+
+if _lib.native is not None and ENABLED:
+    _lib.native.bind_sites(_codes, _classify, _tag, True)
+    note = note_caller = _lib.native.note

@@ -185,3 +185,30 @@ def take_string(p: c_void_p) -> str:
 # Codes shared with the C header (rl_dtype, rl_reduce_op).
 F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+
+def _load_native():
+    """``(module, None)``: ringleader._native (setup.py compiles it from
+    _native.c) bound to this library's entry points; ``(None, why)`` where it
+    is missing or does not load. ``RINGLEADER_NATIVE=0`` leaves it unused
+    (every call then goes through ctypes, as without it)."""
+    if os.environ.get("RINGLEADER_NATIVE", "1") == "0":
+        return None, "RINGLEADER_NATIVE=0"
+    try:
+        from . import _native
+    except ImportError as e:
+        return None, f"ringleader._native did not load: {e}"
+    addr = lambda f: ctypes.cast(f, c_void_p).value  # noqa: E731
+    _native.bind_calls(
+        addr(lib.rl_all_reduce),
+        addr(lib.rl_broadcast),
+        addr(lib.rl_all_gather),
+        addr(lib.rl_reduce_scatter),
+        addr(lib.rl_barrier),
+        addr(lib.rl_set_call_site),
+    )
+    return _native, None
+
+
+# The C lane (see _native.c), or None and why not.
+native, NATIVE_MISSING = _load_native()

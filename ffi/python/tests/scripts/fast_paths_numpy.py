@@ -103,6 +103,111 @@ def integer_arguments_arrive_whole():
     assert np.array_equal(seg, want), (seg, want)
 
 
+@check
+def the_c_lane_is_in_use():
+    # Built by `pip install` wherever a C compiler is (setup.py); the tests
+    # run where one is, so a package without it is a broken build here.
+    from ringleader import _callsite, _native
+
+    assert ringleader.NATIVE_LANE, ringleader.NATIVE_LANE_MISSING
+    assert _callsite.note is _native.note and _callsite.note_caller is _native.note, _callsite.note
+    if sys.version_info[:2] == (3, 11):
+        assert _native.quick_walk() == (True, True), _native.quick_walk()
+
+
+@check
+def the_c_lane_takes_plain_arrays_and_leaves_the_rest():
+    from ringleader import _native
+
+    h = pg._h
+    x = np.full(3, R + 1.0, dtype=np.float32)
+    assert _native.all_reduce(h, x, 0) == 0 and np.array_equal(x, np.full(3, N * (N + 1) / 2)), x
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+
+    class Sub(np.ndarray):
+        pass
+
+    refused = {
+        "strided": np.zeros((4, 4), np.float32)[:, 1],
+        "read-only": ro,
+        "bool": np.zeros(3, bool),
+        "byte-swapped": np.zeros(3, ">f4"),
+        "subclass": np.zeros(3, np.float32).view(Sub),
+        "list": [1.0, 2.0],
+        "memoryview": memoryview(bytearray(8)),
+    }
+    for what, buf in refused.items():
+        assert _native.all_reduce(h, buf, 0) == -1, what
+        assert _native.broadcast(h, buf, 0) == -1, what
+    y = np.zeros(2, np.float32)
+    assert _native.all_reduce(None, y, 0) == -1  # a destroyed group
+    assert _native.broadcast(h, y, True) == -1 and _native.broadcast(h, y, 2 ** 70) == -1
+    assert _native.all_reduce(h, y, "sum") == -1
+    out = np.zeros(2 * N, np.float32)
+    assert _native.all_gather(h, out, np.zeros(2, np.float64)) == -1  # dtypes differ
+    assert _native.all_gather(h, ro, y) == -1 and _native.reduce_scatter(h, y, out[::2], 0) == -1
+    # The library's own refusal comes back as its code, for the method to raise.
+    rc = _native.all_gather(h, np.zeros(2 * N + 1, np.float32), y)
+    assert rc > 0 and isinstance(ringleader.last_error(rc), ringleader.InvalidArgumentError), rc
+    expect(ringleader.InvalidArgumentError, lambda: pg.all_gather(np.zeros(2 * N + 1, np.float32), y), "out")
+    expect(TypeError, lambda: _native.all_reduce(h, y), "3 arguments")
+
+
+@check
+def every_lane_op_agrees_with_the_general_path():
+    for dt in DTYPES:
+        inp = (np.arange(3 * N, dtype=dt) % 5 + dt(R)).astype(dt)
+        a, b = np.zeros(3 * N, dt), np.zeros(3 * N, dt)
+        pg.all_gather(a, inp[:3])
+        pg.all_gather(b, inp[:3], async_op=True).wait()
+        assert np.array_equal(a, b) and np.array_equal(a[3 * R:3 * R + 3], inp[:3]), (dt, a, b)
+        a, b = np.zeros(3, dt), np.zeros(3, dt)
+        pg.reduce_scatter(a, inp, op="max")
+        pg.reduce_scatter(b, inp, op="max", async_op=True).wait()
+        assert np.array_equal(a, b), (dt, a, b)
+        for root in range(N):
+            a, b = inp.copy(), inp.copy()
+            pg.broadcast(a, root)
+            pg.broadcast(b, root, async_op=True).wait()
+            want = (np.arange(3 * N, dtype=dt) % 5 + dt(root)).astype(dt)
+            assert np.array_equal(a, want) and np.array_equal(b, want), (dt, root, a, b)
+
+
+def two_sites(x):
+    got = []
+    for _ in range(3):
+        got.append(line()); pg.all_reduce(x)  # noqa: E702
+        got.append((last(), "two_sites"))
+        got.append(line()); pg.barrier()  # noqa: E702
+        got.append((last(), "two_sites"))
+    return got
+
+
+def from_a_generator(x):
+    for _ in range(2):
+        lineno = line(); pg.broadcast(x, 0)  # noqa: E702
+        yield lineno, last()
+
+
+@check
+def the_site_follows_every_change_of_line_function_and_frame():
+    # The quick check answers "the same place as last time" only: a new
+    # line, another function, a generator's frame or the same line after
+    # another's must each be told.
+    x = np.ones(2, dtype=np.float32)
+    got = two_sites(x)
+    for lineno, (rec, func) in zip(got[::2], got[1::2]):
+        site_is(rec, lineno, func)
+    for lineno, rec in from_a_generator(x):
+        site_is(rec, lineno, "from_a_generator")
+    for _ in range(2):
+        mine = line(); pg.all_reduce(x)  # noqa: E702
+        site_is(last(), mine, "the_site_follows_every_change_of_line_function_and_frame")
+        two_sites(x)
+    site_is((lambda: (pg.all_gather(np.zeros(2 * N, np.float32), x), last())[1])(), line(), "<lambda>")
+
+
 def every_op():
     """Each op once, each on its own line; their lines."""
     x = np.ones(2 * N, dtype=np.float32)
