@@ -334,7 +334,9 @@ static int lane_args(PyObject *const *args, Py_ssize_t nargs, const char *name, 
     if (arity(nargs, 1 + nbufs + want_int, name) || handle_of(args[0], &c->h)) {
         return -1;
     }
-    if (c->h == NULL || (want_int && !plain_int(args[1 + nbufs], &c->arg))) {
+    /* (Unbound, the module calls nothing: RINGLEADER_NATIVE=0 imports it
+     * without binding it.) */
+    if (p_all_reduce == NULL || c->h == NULL || (want_int && !plain_int(args[1 + nbufs], &c->arg))) {
         return 0;
     }
     for (int i = 0; i < nbufs; i++) {

@@ -1,7 +1,8 @@
 """The latency lanes of the Python package (issue 20, small messages):
 the word-typed ctypes prototypes held to the exact declarations, and the
-lanes of the numpy API and of the torch backend checked against their
-general paths on 2 ranks (tests/scripts/fast_paths_*.py)."""
+lanes of the numpy API (its C lane, and with RINGLEADER_NATIVE=0 its ctypes
+paths) and of the torch backend checked against their general paths on 2
+ranks (tests/scripts/fast_paths_*.py)."""
 
 import ctypes
 
@@ -51,6 +52,21 @@ def test_numpy_lane(numpy_job, name):
 
 def test_numpy_lane_job_exits_cleanly(numpy_job):
     numpy_job.assert_ok()
+
+
+@pytest.fixture(scope="module")
+def numpy_ctypes_job():
+    return run("fast_paths_numpy.py", world=2, limit=120, env={"RINGLEADER_TIMEOUT": "30", "RINGLEADER_NATIVE": "0"})
+
+
+@pytest.mark.parametrize("name", check_names("fast_paths_numpy.py") + ["destroyed_group_refuses_the_lane"])
+def test_numpy_ctypes_paths(numpy_ctypes_job, name):
+    # The same checks with the C lane off: the ctypes paths it stands in for.
+    assert_check_passed(numpy_ctypes_job, name)
+
+
+def test_numpy_ctypes_job_exits_cleanly(numpy_ctypes_job):
+    numpy_ctypes_job.assert_ok()
 
 
 @pytest.fixture(scope="module")

@@ -104,11 +104,17 @@ def integer_arguments_arrive_whole():
 
 
 @check
-def the_c_lane_is_in_use():
+def the_c_lane_is_in_use_unless_turned_off():
     # Built by `pip install` wherever a C compiler is (setup.py); the tests
     # run where one is, so a package without it is a broken build here.
+    # test_fast_paths.py runs this script a second time with
+    # RINGLEADER_NATIVE=0, for the ctypes paths.
     from ringleader import _callsite, _native
 
+    if os.environ.get("RINGLEADER_NATIVE") == "0":
+        assert not ringleader.NATIVE_LANE and ringleader.NATIVE_LANE_MISSING == "RINGLEADER_NATIVE=0"
+        assert _callsite.note is not _native.note, _callsite.note
+        return
     assert ringleader.NATIVE_LANE, ringleader.NATIVE_LANE_MISSING
     assert _callsite.note is _native.note and _callsite.note_caller is _native.note, _callsite.note
     if sys.version_info[:2] == (3, 11):
@@ -120,6 +126,9 @@ def the_c_lane_takes_plain_arrays_and_leaves_the_rest():
     from ringleader import _native
 
     h = pg._h
+    if not ringleader.NATIVE_LANE:  # RINGLEADER_NATIVE=0: imported, never bound, it takes nothing
+        assert _native.barrier(h) == -1 and _native.all_reduce(h, np.ones(2, np.float32), 0) == -1
+        return
     x = np.full(3, R + 1.0, dtype=np.float32)
     assert _native.all_reduce(h, x, 0) == 0 and np.array_equal(x, np.full(3, N * (N + 1) / 2)), x
     ro = np.zeros(3, np.float32)
