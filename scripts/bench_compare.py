@@ -494,6 +494,40 @@ def prepare_tables(ap, args, tables):
         compiled_lanes(pkg, any(lib.startswith("rl-torch") for lib in libs))
 
 
+# The VM's state per launch: on the 2-vCPU development VM a cache line's
+# round trip between the two vCPUs is about 35-190 ns in some minutes and
+# 290-570 ns in others (docs/perf/by-state-2026-12-07.md), and small-message
+# times follow it. --vcpu-probe measures it (docs/perf/core_pair_latency.c,
+# vCPUs 0 and 1) right before and right after every launch and keeps both
+# in the launch's raw rows; --from-raw --state picks the launches of one
+# state.
+APART_NS = 200.0
+PROBE_SOURCE = os.path.join(base.REPO, "docs", "perf", "core_pair_latency.c")
+
+
+def build_probe():
+    """The round-trip probe, built into target/ when missing or older than its source."""
+    out = os.path.join(base.target_dir(), "core_pair_latency", "core_pair_latency")
+    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(PROBE_SOURCE):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run(["gcc", "-O2", "-o", out, PROBE_SOURCE, "-lpthread"], check=True)
+    return out
+
+
+def probe(binary):
+    """vCPU 0 <-> 1 round trip now, ns (mean of 100,000)."""
+    return float(subprocess.run([binary, "100000"], capture_output=True, text=True, check=True, timeout=60).stdout)
+
+
+def state_of(before_ns, after_ns):
+    """"near" (both probes under APART_NS), "apart" (both over), or None: the
+    state changed around the launch, or it was not probed."""
+    if before_ns is None or after_ns is None:
+        return None
+    lo, hi = min(before_ns, after_ns), max(before_ns, after_ns)
+    return "near" if hi < APART_NS else "apart" if lo >= APART_NS else None
+
+
 def compiled_lanes(pkg, torch):
     """Builds the package's compiled lanes into the source tree's package
     when one is missing or older than its source (an installed package has
@@ -558,13 +592,15 @@ def like_main(ap, args):
             "interleave": args.interleave, "ringleader": args.ringleader,
             "mpi_bench": getattr(args, "mpi_bench_path", None), "mpi_btl_args": MPI_BTL_ARGS,
             "python": sys.executable if set(tables) - {"native"} else None,
-            "torchrun": getattr(args, "torchrun", None), "rl_python": args.rl_python})
+            "torchrun": getattr(args, "torchrun", None), "rl_python": args.rl_python,
+            "vcpu_probe": bool(args.vcpu_probe)})
 
     # The launches, in order: each repeat runs every table; in a table the
     # libraries are interleaved per (op, nproc, size) (or per (op, nproc)
     # with --interleave sweep), their order rotated each repeat so that
     # none always runs first after a switch.
     runs, failures = {}, set()  # (table, lib, op, n, bytes requested) -> [row per repeat]
+    probe_bin = build_probe() if args.vcpu_probe else None
     all_sizes = base.sizes_of(args)
     for rep in range(args.repeats):
         for t, libs in tables.items():
@@ -584,6 +620,7 @@ def like_main(ap, args):
                             a.sizes = sizes
                             what = f"{lib} {op} x{n}" + (f" {sizes[0]} B" if len(sizes) == 1 else "")
                             print(f"# repeat {rep + 1}/{args.repeats}: {what}", file=sys.stderr, flush=True)
+                            before = probe(probe_bin) if probe_bin else None
                             try:
                                 rows = base.run_once(like_runner(lib), a, op, n)
                             except RuntimeError as e:
@@ -592,6 +629,10 @@ def like_main(ap, args):
                                 record({"kind": "failed", "table": t, "lib": lib, "op": op, "nproc": n,
                                         "sizes": sizes, "repeat": rep + 1, "error": str(e)})
                                 continue
+                            if probe_bin:
+                                after = probe(probe_bin)
+                                for row in rows.values():
+                                    row.update(probe_before_ns=before, probe_after_ns=after)
                             for b, row in sorted(rows.items()):
                                 runs.setdefault((t, lib, op, n, b), []).append(row)
                                 record(dict({"kind": "repeat", "table": t, "lib_name": lib, "repeat": rep + 1}, **row))
@@ -657,11 +698,16 @@ def from_raw(ap, args):
     head = heads[-1]
     run_id = head["run"]
     tables = head.get("tables") or {"native": head["libs"]}
-    runs, failures, reps = {}, set(), set()
+    if args.state and not head.get("vcpu_probe"):
+        ap.error(f"--state: run {run_id} was made without --vcpu-probe (its launches have no state)")
+    runs, failures, reps, skipped = {}, set(), set(), 0
     for x in lines:
         if x.get("run") != run_id:
             continue
         if x.get("kind") == "repeat":
+            if args.state and state_of(x.get("probe_before_ns"), x.get("probe_after_ns")) != args.state:
+                skipped += 1
+                continue
             t = x.get("table", "native")
             runs.setdefault((t, x["lib_name"], x["op"], x["nproc"], x["bytes"]), []).append(x)
             reps.add(x["repeat"])
@@ -669,7 +715,9 @@ def from_raw(ap, args):
             failures.add((x["table"], x["lib"], x["op"], x["nproc"], tuple(x["sizes"])))
     done = len(reps)
     print(f"# from {args.from_raw}: run {run_id}, {sum(map(len, runs.values()))} launches' rows, "
-          f"repeats {min(reps) if reps else 0}-{max(reps) if reps else 0} of {head['repeats']}")
+          f"repeats {min(reps) if reps else 0}-{max(reps) if reps else 0} of {head['repeats']}"
+          + (f"; --state {args.state}: {skipped} rows of other or changing states left out (the medians are over "
+             "each cell's launches in that state, so fewer than the repeats)" if args.state else ""))
     a = argparse.Namespace(**vars(args))
     a.nproc, a.repeats = head["nproc"], done
     return summarize(a, head["ops"], tables, runs, failures, head["commit"], run_id, None, lambda obj: None)
@@ -743,6 +791,13 @@ def main():
                     help="launch nothing: print the tables of a raw file's last run (or --run ID) from the repeats "
                          "it holds, as the run would have (a run cut short gives the repeats it finished)")
     ap.add_argument("--run", dest="run_id", help="--from-raw: the run to print, by its id (the raw lines' \"run\")")
+    ap.add_argument("--vcpu-probe", action="store_true",
+                    help="--native/--python/--torch: time a cache line's round trip between vCPUs 0 and 1 "
+                         "(docs/perf/core_pair_latency.c) right before and after every launch and keep both in its "
+                         "raw rows (probe_before_ns, probe_after_ns), for --from-raw --state")
+    ap.add_argument("--state", choices=["near", "apart"],
+                    help=f"--from-raw: only the launches whose two probes were both under {APART_NS:.0f} ns (near) "
+                         "or both over (apart), from a run made with --vcpu-probe")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -754,6 +809,8 @@ def main():
     if args.gloo_worker:
         base.gloo_worker(args)
         return 0
+    if args.state and not args.from_raw:
+        ap.error("--state reads a kept run: give --from-raw FILE (made with --vcpu-probe)")
     if args.from_raw:
         return from_raw(ap, args)
     if args.native or args.python or args.torch:

@@ -27,29 +27,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_compare  # noqa: E402
-from bench_vs_gloo import REPO, target_dir  # noqa: E402
+from bench_vs_gloo import target_dir  # noqa: E402
 
-APART_NS = 200.0
-PROBE_SOURCE = os.path.join(REPO, "docs", "perf", "core_pair_latency.c")
 LIBS = {"ringleader": {"shm": "rl-perf-shm", "tcp": "rl-perf-tcp"},
         "openmpi": {"shm": "ompi-c-sm", "tcp": "ompi-c-tcp"}}
-
-
-def build_probe():
-    out = os.path.join(target_dir(), "core_pair_latency", "core_pair_latency")
-    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(PROBE_SOURCE):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        subprocess.run(["gcc", "-O2", "-o", out, PROBE_SOURCE, "-lpthread"], check=True)
-    return out
-
-
-def probe(binary):
-    return float(subprocess.run([binary, "100000"], capture_output=True, text=True, check=True, timeout=60).stdout)
+APART_NS = bench_compare.APART_NS
 
 
 def launch(opts, lib, cell):
@@ -80,14 +66,14 @@ def main():
     opts = argparse.Namespace(ringleader=rl, root=0, timeout=300.0, warmup=1000, iters=20000,
                               mpi_bench=None, mpicc="mpicc")
     opts.mpi_bench_path = bench_compare.mpi_c_binary(opts)
-    cpl = build_probe()
+    cpl = bench_compare.build_probe()
     rows = []
     for r in range(rounds):
         for cell in cells:
             for lib in (["openmpi", "ringleader"] if r % 2 == 0 else ["ringleader", "openmpi"]):
-                before = probe(cpl)
+                before = bench_compare.probe(cpl)
                 t = launch(opts, lib, cell)
-                after = probe(cpl)
+                after = bench_compare.probe(cpl)
                 row = {"cell": ":".join(cell), "lib": lib, "round": r, "time_us": t,
                        "probe_before_ns": before, "probe_after_ns": after}
                 rows.append(row)
@@ -97,9 +83,7 @@ def main():
         print(f"# round {r + 1}/{rounds}", file=sys.stderr, flush=True)
 
     def state(row):
-        lo = min(row["probe_before_ns"], row["probe_after_ns"])
-        hi = max(row["probe_before_ns"], row["probe_after_ns"])
-        return "near" if hi < APART_NS else "apart" if lo >= APART_NS else None
+        return bench_compare.state_of(row["probe_before_ns"], row["probe_after_ns"])
 
     def summary(ts):
         if not ts:

@@ -32,18 +32,36 @@ def need(module, why):
         pytest.skip(f"{module} is not installed in {PYTHON} ({why})")
 
 
-def run_table(tmp_path, flag, limit):
+def run_table(tmp_path, flag, limit, extra=()):
     rl = ringleader_bin()
     if rl is None:
         pytest.skip("no ringleader binary (RINGLEADER_BIN)")
     out, raw = tmp_path / "rows.json", tmp_path / "raw.jsonl"
     p = subprocess.run([PYTHON, str(BENCH), flag, "--ringleader", rl, "--nproc", "2", "--sizes", "8", "4096",
                         "--repeats", "1", "--warmup", "1", "--iters", "5", "--interleave", "sweep",
-                        "--timeout", "120", "--json", str(out), "--raw", str(raw)],
+                        "--timeout", "120", "--json", str(out), "--raw", str(raw), *extra],
                        capture_output=True, text=True, timeout=limit)
     assert p.returncode == 0, p.stdout + p.stderr
     assert_raw_reprints_the_table(raw, p.stdout)
-    return json.loads(out.read_text()), p.stdout
+    return json.loads(out.read_text()), p.stdout, raw
+
+
+def assert_states_pick_their_launches(raw):
+    """--vcpu-probe kept both probes in every launch's rows; --from-raw
+    --state keeps exactly the rows whose two probes are on its side of
+    200 ns, and says how many it left out."""
+    rows = [json.loads(x) for x in raw.read_text().splitlines() if x.strip()]
+    reps = [r for r in rows if r.get("kind") == "repeat"]
+    assert reps and all(r["probe_before_ns"] > 0 and r["probe_after_ns"] > 0 for r in reps), reps
+    assert next(r for r in rows if r.get("kind") == "run")["vcpu_probe"] is True
+    near = [r for r in reps if max(r["probe_before_ns"], r["probe_after_ns"]) < 200]
+    apart = [r for r in reps if min(r["probe_before_ns"], r["probe_after_ns"]) >= 200]
+    for state, keep in (("near", near), ("apart", apart)):
+        p = subprocess.run([PYTHON, str(BENCH), "--from-raw", str(raw), "--state", state],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"--state {state}: {len(reps) - len(keep)} rows of other or changing states left out" in p.stdout, \
+            (state, len(reps), len(keep), p.stdout)
 
 
 def table_lines(stdout):
@@ -81,10 +99,17 @@ def test_python_table_measures_and_checks_every_cell(tmp_path):
     need("mpi4py", "pip install mpi4py: the Python table's Open MPI side")
     if not shutil.which("mpirun"):
         pytest.skip("no Open MPI (mpirun)")
-    result, stdout = run_table(tmp_path, "--python", limit=300)
+    import os
+
+    probe = ["--vcpu-probe"] if (os.cpu_count() or 1) >= 2 else []
+    result, stdout, raw = run_table(tmp_path, "--python", limit=300, extra=probe)
     assert_every_cell_checked(result, stdout, "python", PY_LIBS)
     row = next(r for r in result["tables"]["python"] if r["op"] == "all_reduce")
     assert row["rl-py-shm"]["lib_version"].startswith("ringleader "), row
+    # bench_compare builds the numpy API's C lane into the tree it runs.
+    assert row["rl-py-shm"]["lib_version"].endswith(", C lane)"), row
+    if probe:
+        assert_states_pick_their_launches(raw)
     assert row["ompi-py-sm"]["lib_version"].startswith("Open MPI"), row
 
 
@@ -92,7 +117,7 @@ def test_torch_table_measures_and_checks_every_cell(tmp_path):
     need("torch", "the torch table")
     if torchrun_bin() is None:
         pytest.skip("no torchrun")
-    result, stdout = run_table(tmp_path, "--torch", limit=600)
+    result, stdout, _ = run_table(tmp_path, "--torch", limit=600)
     assert_every_cell_checked(result, stdout, "torch", TORCH_LIBS)
     row = next(r for r in result["tables"]["torch"] if r["op"] == "all_reduce")
     assert row["rl-torch-shm"]["lib_version"].startswith("ringleader "), row
