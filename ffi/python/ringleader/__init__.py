@@ -167,7 +167,7 @@ def _bind_lane():
     ro.flags.writeable = False
     probes.append(ro)
     rows = [(a, a.__array_interface__["data"][0], a.size, a.flags.num, a.dtype) for a in probes]
-    return n if n.bind_numpy(np.ndarray, dict(_NP_PLAIN), rows) else None
+    return n if n.bind_numpy(np.ndarray, _NP_PLAIN, rows) else None
 
 
 # The C lane for blocking calls on plain numpy arrays, or None. Each lane

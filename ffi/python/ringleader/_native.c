@@ -231,9 +231,15 @@ static int note_site(void) {
     Py_XINCREF(f);
     while (f != NULL) {
         PyCodeObject *code = PyFrame_GetCode(f);
-        PyObject *key = PyLong_FromVoidPtr(code);
-        PyObject *v = key ? PyDict_GetItemWithError(site_codes, key) : NULL; /* borrowed */
-        Py_XDECREF(key);
+        size_t slot = code_slot(code);
+        /* Codes are pinned once classified, so an address in the cache is
+         * the code it was classified as; the dict is the fallback. */
+        PyObject *v = code_cache[slot].code == code ? code_cache[slot].value : NULL;
+        if (v == NULL) {
+            PyObject *key = PyLong_FromVoidPtr(code);
+            v = key ? PyDict_GetItemWithError(site_codes, key) : NULL; /* borrowed */
+            Py_XDECREF(key);
+        }
         if (v == NULL) {
             if (PyErr_Occurred()) {
                 Py_DECREF(code);
@@ -248,8 +254,8 @@ static int note_site(void) {
             }
             Py_DECREF(v); /* kept alive by site_codes */
         }
-        code_cache[code_slot(code)].code = code;
-        code_cache[code_slot(code)].value = v;
+        code_cache[slot].code = code;
+        code_cache[slot].value = v;
         Py_DECREF(code);
         if (v != Py_True) {
             int at = PyFrame_GetLasti(f);
