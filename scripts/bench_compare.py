@@ -40,6 +40,11 @@ table shows per cell the median and the [min-max] over the repeats, and
     shm = ompi-c-sm time / rl-perf-shm time
     tcp = ompi-c-tcp time / rl-perf-tcp time      (above 1: ringleader is faster)
 
+Under each table, one `# stable (LIB)` line per library: how many of its
+cells from 1 MiB up have every launch within 1.5x of the fastest, and the
+spread of those that do not (issue 20's third item; with --from-raw
+--state, within one VM state).
+
 Two more like-for-like tables measure the same ops and sizes the same way
 (written buffers, warm-up, a barrier, adaptive iterations agreed through an
 all_reduce(MAX) of the estimate, each rank's mean per call in a Python loop,
@@ -671,6 +676,7 @@ def summarize(args, ops, tables, runs, failures, commit, run_id, raw_path, recor
                     record(dict({"kind": "cell"}, **row))
         out_tables[t] = table
         bad += print_table(t, libs, table, args.repeats, commit, run_id)
+        print_stability(libs, table)
     if failures:
         print(f"# failed launches (not repeated): {', '.join(' '.join(map(str, k[1:4])) for k in sorted(failures))}")
     if raw_path:
@@ -682,6 +688,53 @@ def summarize(args, ops, tables, runs, failures, commit, run_id, raw_path, recor
                        "repeats": args.repeats, "commit": commit, "run": run_id,
                        "failed": [list(k) for k in sorted(failures)]}, f, indent=1)
     return 1 if failures or bad else 0
+
+
+# Issue 20's third item: the launches of one size should be within this
+# of each other (slowest over fastest), from STABLE_FROM bytes up.
+STABLE_RATIO = 1.5
+STABLE_FROM = 1 << 20
+
+
+def stability(libs, table):
+    """Per library: (cells from STABLE_FROM bytes up with two or more
+    launches, those whose slowest launch is within STABLE_RATIO of the
+    fastest, [(op, nproc, bytes, slowest / fastest) of the others])."""
+    out = {}
+    for lib in libs:
+        cells, held, over = 0, 0, []
+        for row in table:
+            c = row.get(lib)
+            if row["bytes"] < STABLE_FROM or not c or len(c["times_us"]) < 2 or c["min_us"] <= 0:
+                continue
+            cells += 1
+            ratio = c["max_us"] / c["min_us"]
+            if ratio <= STABLE_RATIO:
+                held += 1
+            else:
+                over.append((row["op"], row["nproc"], row["bytes"], ratio))
+        if cells:
+            out[lib] = (cells, held, over)
+    return out
+
+
+def print_stability(libs, table):
+    """One line per library: how many of its large cells' launches are
+    within STABLE_RATIO of each other, and the spread of those that are not."""
+    for lib, (cells, held, over) in stability(libs, table).items():
+        worst = ", ".join(f"{op} {n}r {fmt_bytes(b)} {r:.2f}x" for op, n, b, r in over)
+        print(f"# stable ({lib}): {held} of {cells} cells from {fmt_bytes(STABLE_FROM)} up have every launch within "
+              f"{STABLE_RATIO}x of the fastest" + (f"; over: {worst}" if over else ""))
+    if any(stability(libs, table).values()):
+        print()
+
+
+def fmt_bytes(b):
+    """1048576 -> 1M, 4096 -> 4K, 8 -> 8."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift}{unit}"
+    return str(b)
 
 
 def from_raw(ap, args):

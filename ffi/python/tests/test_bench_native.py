@@ -47,3 +47,42 @@ def test_native_table_measures_every_lib_at_every_size(tmp_path):
     assert lines[0]["kind"] == "run" and lines[0]["repeats"] == 1
     table = [line for line in p.stdout.splitlines() if line.startswith(("all_gather", "barrier"))]
     assert len(table) == 3 and all(line.endswith("  ok") for line in table), p.stdout
+
+
+def test_stability_lines_count_the_raw_launches(tmp_path):
+    """Issue 20's third item, as the table reports it: for every library, how
+    many cells from 1 MiB up have every launch within 1.5x of the fastest.
+    The counts must be those of the raw rows (worked out here), the same
+    live and from the raw file, and a cell over 1.5x must be named."""
+    import re
+
+    rl = ringleader_bin()
+    if rl is None:
+        pytest.skip("no ringleader binary (RINGLEADER_BIN)")
+    if not (shutil.which("mpicc") and shutil.which("mpirun")):
+        pytest.skip("no Open MPI (mpicc, mpirun)")
+    raw = tmp_path / "raw.jsonl"
+    p = subprocess.run([PYTHON, str(BENCH), "--native", "--ringleader", rl, "--nproc", "2",
+                        "--ops", "all_gather", "--sizes", "8", "1M", "--repeats", "3",
+                        "--warmup", "1", "--iters", "5", "--raw", str(raw)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = re.compile(r"# stable \((\S+)\): (\d+) of (\d+) cells from 1M up.*?(?:; over: (.*))?$")
+    got = {m.group(1): m for m in map(line.match, p.stdout.splitlines()) if m}
+    assert sorted(got) == sorted(LIBS), p.stdout
+    repeats = [json.loads(x) for x in raw.read_text().splitlines()]
+    for lib in LIBS:
+        times = [x["time_us"] for x in repeats if x.get("kind") == "repeat" and x["lib_name"] == lib
+                 and x["bytes"] == 1 << 20]
+        assert len(times) == 3, (lib, times)
+        within = max(times) / min(times) <= 1.5
+        m = got[lib]
+        # One cell from 1 MiB up (8 B is not counted).
+        assert (int(m.group(2)), int(m.group(3))) == (int(within), 1), (lib, times, m.group(0))
+        assert (m.group(4) is None) == within, (lib, times, m.group(0))
+        if not within:
+            assert f"all_gather 2r 1M {max(times) / min(times):.2f}x" in m.group(4), (times, m.group(0))
+    again = subprocess.run([PYTHON, str(BENCH), "--from-raw", str(raw)], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [x for x in again.stdout.splitlines() if x.startswith("# stable")] == \
+        [x for x in p.stdout.splitlines() if x.startswith("# stable")], again.stdout
