@@ -721,11 +721,12 @@ def stability(libs, table):
 def print_stability(libs, table):
     """One line per library: how many of its large cells' launches are
     within STABLE_RATIO of each other, and the spread of those that are not."""
-    for lib, (cells, held, over) in stability(libs, table).items():
+    counts = stability(libs, table)
+    for lib, (cells, held, over) in counts.items():
         worst = ", ".join(f"{op} {n}r {fmt_bytes(b)} {r:.2f}x" for op, n, b, r in over)
         print(f"# stable ({lib}): {held} of {cells} cells from {fmt_bytes(STABLE_FROM)} up have every launch within "
               f"{STABLE_RATIO}x of the fastest" + (f"; over: {worst}" if over else ""))
-    if any(stability(libs, table).values()):
+    if counts:
         print()
 
 
