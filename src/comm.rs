@@ -4,7 +4,7 @@ use crate::call::{describe, Call, Dispatch, P2pRequest, RawOp};
 use crate::engine::{EngineParts, Shared};
 use crate::log;
 use crate::monitor::{self, Stop};
-use crate::p2p::{self, P2p, P2pJob};
+use crate::p2p::{self, Here, P2p, P2pOp};
 use crate::pidwatch::PidWatch;
 use crate::rendezvous::{self, hostname};
 use crate::work::Completion;
@@ -123,7 +123,9 @@ impl Communicator {
         });
         shared.plane = plane_name;
         let me = &shared.peers[shared.rank];
-        shared.poll = crate::work::poll_budget(shared.peers.iter().filter(|p| p.same_host(me)).count());
+        let local = shared.peers.iter().filter(|p| p.same_host(me)).count();
+        shared.poll = crate::work::poll_budget(local);
+        shared.p2p.idle = ringleader_transport::Idle::for_local_ranks(local);
         tracing::debug!(
             rank = shared.rank,
             poll_us = shared.poll.as_micros() as u64,
@@ -191,10 +193,11 @@ impl Communicator {
         }
         let _call = sh.enter()?;
         match describe(&call, sh.rank, sh.world)? {
-            Dispatch::P2p(req) => {
-                let (done, _) = self.submit_p2p(req)?;
-                sh.wait_bounded(&done)
-            }
+            // On this thread when it may (see `p2p.rs`), else on the lane.
+            Dispatch::P2p(req) => match p2p::run_here(sh, self.p2p_op(req)?, true, sh.poll)? {
+                Here::Ran(r) => r,
+                Here::Queued(done) => sh.wait_bounded(&done),
+            },
             Dispatch::Engine(req) => sh.run_sync(&req),
         }
     }
@@ -204,10 +207,18 @@ impl Communicator {
         let _call = sh.enter()?;
         let limit = sh.wait_limit();
         match describe(&call, sh.rank, sh.world)? {
+            // Moved here as far as it goes without waiting (see `p2p.rs`).
             Dispatch::P2p(req) => {
-                let op = req.fp.op;
-                let (done, seq) = self.submit_p2p(req)?;
-                Ok(Work { done, buf: Some(buf), op, seq, limit })
+                let op = self.p2p_op(req)?;
+                let done = match p2p::run_here(sh, op, false, sh.poll)? {
+                    Here::Ran(r) => {
+                        let done = Completion::new(sh.poll);
+                        done.complete(r);
+                        done
+                    }
+                    Here::Queued(done) => done,
+                };
+                Ok(Work { done, buf: Some(buf), op: op.fp.op, seq: op.seq, limit })
             }
             Dispatch::Engine(req) => {
                 let (done, seq) = sh.enqueue(&req)?;
@@ -216,8 +227,9 @@ impl Communicator {
         }
     }
 
-    /// Queues a send or receive on the point-to-point lane.
-    fn submit_p2p(&self, req: P2pRequest) -> Result<(Arc<Completion>, u64)> {
+    /// Send or receive `req`, numbered and recorded, on a communicator
+    /// that has not failed.
+    fn p2p_op(&self, req: P2pRequest) -> Result<P2pOp> {
         let sh = &self.shared;
         if sh.destroyed.load(Ordering::Acquire) {
             return Err(Error::aborted("the communicator was destroyed"));
@@ -225,14 +237,9 @@ impl Communicator {
         if let Some(f) = sh.failure.get() {
             return Err(f);
         }
-        let send = req.fp.op == OpKind::Send;
-        let peer = req.peer;
-        let seq = sh.p2p.next_seq(send, peer);
+        let seq = sh.p2p.next_seq(req.fp.op == OpKind::Send, req.peer);
         let record = sh.fr.record_at(req.fp, 0, seq, req.site);
-        let done = Completion::new(self.shared.poll);
-        let job = P2pJob { peer, seq, fp: req.fp, record, buf: req.buf, done: done.clone() };
-        p2p::submit(sh, job)?;
-        Ok((done, seq))
+        Ok(P2pOp { peer: req.peer, seq, fp: req.fp, record, buf: req.buf })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,
@@ -357,7 +364,9 @@ impl Communicator {
         self.sync(Call::outofplace(RawOp::Send { peer: dst }, buf, &mut []))
     }
 
-    /// Background [`Communicator::send`].
+    /// Background [`Communicator::send`]. What can move without waiting
+    /// moves before this returns (a small send then usually completes
+    /// here); the rest moves on the send/recv lane's thread.
     #[track_caller]
     pub fn send_async<T: Element>(&self, buf: Vec<T>, dst: Rank) -> Result<Work<Vec<T>>> {
         let call = Call::outofplace(RawOp::Send { peer: dst }, &buf, &mut []);
@@ -370,7 +379,8 @@ impl Communicator {
         self.sync(Call::inplace(RawOp::Recv { peer: src }, buf))
     }
 
-    /// Background [`Communicator::recv`].
+    /// Background [`Communicator::recv`]: as [`Communicator::send_async`],
+    /// a frame already there is taken before this returns.
     #[track_caller]
     pub fn recv_async<T: Element>(&self, mut buf: Vec<T>, src: Rank) -> Result<Work<Vec<T>>> {
         let call = Call::inplace(RawOp::Recv { peer: src }, &mut buf);

@@ -18,9 +18,25 @@
 //! the monitor and heartbeat read (`pending`, `waits`), the timeouts and
 //! the failures, and never touches a link itself.
 //!
+//! A send or receive runs on the caller's thread instead when its direction
+//! to that peer has nothing queued ahead of it and the lane is not using
+//! the peer's link ([`run_here`]): the thread hop each way (a wake-up, tens
+//! of microseconds on a busy host) was most of a small message's time. A
+//! blocking call polls for as long as the collectives' waits do ([`Idle`]);
+//! a background one moves what it can without waiting (a small send then
+//! usually completes before the call returns). A frame still moving is
+//! then handed to the lane, part-moved, in its place in the order, and the
+//! caller waits for it as before. Each
+//! peer's link sits behind a lock with the sequence numbers of the last
+//! send and receive that completed on it: whoever moves an operation (the
+//! lane or an inline caller) holds the lock, and only the operation after
+//! the last completed one of its direction may move, so frames leave and
+//! are taken in sequence order whichever thread moves them.
+//!
 //! A panic on the lane thread is caught: the operation it happened in fails
 //! with an `internal` error naming it, the communicator is aborted, and
-//! every other queued send and receive fails with the verdict.
+//! every other queued send and receive fails with the verdict. A panic in an
+//! inline run ends that call the same way.
 
 use crate::rawbuf::RawBuf;
 use crate::work::Completion;
@@ -31,7 +47,7 @@ use ringleader_diag::snapshot::P2pWait;
 use ringleader_diag::FlightRecorder;
 use ringleader_transport::driver::lane::{LaneWait, Moved, Transfer};
 use ringleader_transport::shm::Waiter;
-use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
+use ringleader_transport::{AnyLink, Buf, Idle, Link, OpInfo};
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
@@ -65,13 +81,57 @@ pub(crate) trait Host: Send + Sync {
 
 /// One queued send or receive.
 #[derive(Debug)]
-pub(crate) struct P2pJob {
+struct P2pJob {
+    peer: Rank,
+    seq: u64,
+    fp: Fingerprint,
+    record: u64,
+    buf: RawBuf,
+    done: Arc<Completion>,
+    /// How far its frame has moved (part of it, when a call that began it
+    /// handed it over; see [`run_here`]).
+    transfer: Transfer,
+    /// Whether its record was marked started (by an inline run).
+    started: bool,
+}
+
+impl P2pJob {
+    /// A send or receive not yet moved.
+    fn new(op: P2pOp, done: Arc<Completion>) -> P2pJob {
+        let P2pOp { peer, seq, fp, record, buf } = op;
+        P2pJob { peer, seq, fp, record, buf, done, transfer: Transfer::new(), started: false }
+    }
+}
+
+/// A send or receive, numbered and recorded ([`run_here`] takes it before
+/// anything waits for it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct P2pOp {
     pub peer: Rank,
     pub seq: u64,
     pub fp: Fingerprint,
     pub record: u64,
     pub buf: RawBuf,
-    pub done: Arc<Completion>,
+}
+
+/// A peer's send/recv link, and the sequence numbers of the last send and
+/// receive that completed on it (see the module docs).
+#[derive(Debug, Default)]
+struct PeerLink {
+    link: Option<AnyLink>,
+    sent: u64,
+    received: u64,
+}
+
+impl PeerLink {
+    /// The number of the last completed operation of a direction.
+    fn last(&mut self, send: bool) -> &mut u64 {
+        if send {
+            &mut self.sent
+        } else {
+            &mut self.received
+        }
+    }
 }
 
 impl P2pJob {
@@ -89,11 +149,13 @@ struct Queue {
     recv_seq: Vec<u64>,
 }
 
-/// The lane: its links (until the thread takes them), the submission
-/// queue, and what wakes the thread.
+/// The lane: the links, the submission queue, and what wakes the thread.
 pub(crate) struct P2p {
     queue: Mutex<Queue>,
-    links: Mutex<Option<Vec<Option<AnyLink>>>>,
+    /// Each peer's link (`None`: this rank's own slot), see [`PeerLink`].
+    peers: Vec<Mutex<PeerLink>>,
+    /// How an inline run polls before it hands over (see the module docs).
+    pub idle: Idle,
     kick: OwnedFd,
     waiter: Option<Waiter>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -117,7 +179,8 @@ impl P2p {
         let world = links.len();
         Ok(P2p {
             queue: Mutex::new(Queue { send_seq: vec![0; world], recv_seq: vec![0; world], ..Queue::default() }),
-            links: Mutex::new(Some(links)),
+            peers: links.into_iter().map(|link| Mutex::new(PeerLink { link, sent: 0, received: 0 })).collect(),
+            idle: Idle::default(),
             kick: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             waiter,
             thread: Mutex::new(None),
@@ -161,8 +224,7 @@ impl P2p {
 }
 
 /// Queues `job` on `host`'s lane, starting the lane thread on first use.
-pub(crate) fn submit<H: Host + 'static>(host: &Arc<H>, job: P2pJob) -> Result<()> {
-    crate::stacks::note_caller();
+fn queue<H: Host + 'static>(host: &Arc<H>, job: P2pJob) -> Result<()> {
     let p = host.lane();
     let mut q = p.queue.lock();
     if q.shutdown {
@@ -183,18 +245,132 @@ pub(crate) fn submit<H: Host + 'static>(host: &Arc<H>, job: P2pJob) -> Result<()
     Ok(())
 }
 
-/// One direction of one peer: its queued operations, oldest first, and how
-/// far the head one's frame has moved.
+/// What [`run_here`] did with a send or receive.
+pub(crate) enum Here {
+    /// It ran here, to the end (or to its failure's verdict).
+    Ran(Result<()>),
+    /// It is queued on the lane (handed over part-moved, or not begun):
+    /// wait for this.
+    Queued(Arc<Completion>),
+}
+
+/// Runs send or receive `op` on the caller's thread when it may (see the
+/// module docs), else queues it: `blocking`, polling for a while when its
+/// link cannot move; else only while it moves. `poll` is what a queued
+/// one's completion polls for before it sleeps.
+pub(crate) fn run_here<H: Host + 'static>(
+    host: &Arc<H>,
+    op: P2pOp,
+    blocking: bool,
+    poll: std::time::Duration,
+) -> Result<Here> {
+    crate::stacks::note_caller();
+    let p = host.lane();
+    let send = op.fp.op == OpKind::Send;
+    let Some(mut peer) = p.peers.get(op.peer).and_then(|m| m.try_lock()) else {
+        return queued(host, op, poll, None);
+    };
+    if op.seq != *peer.last(send) + 1 || peer.link.is_none() {
+        drop(peer);
+        return queued(host, op, poll, None);
+    }
+    host.recorder().started_seq(op.record, 0);
+    let info = OpInfo { seq: op.seq, fingerprint: op.fp, checks: host.config().checks };
+    let mut transfer = Transfer::new();
+    let idle = p.idle;
+    let ran = catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
+        fault::check(Point::P2p, op.seq);
+        let link = peer.link.as_deref_mut().expect("checked above");
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            let moved = move_buf(&mut transfer, link, op.buf, &info, send)?;
+            if moved == Moved::Done {
+                return Ok(true);
+            }
+            if let Some(reason) = host.abort_signal().reason() {
+                return Err(reason);
+            }
+            if !blocking {
+                if moved == Moved::Blocked {
+                    return Ok(false);
+                }
+                continue;
+            }
+            // The clock every few polls: reading it costs more than a poll.
+            polls = polls.wrapping_add(1);
+            let (budget, yields) = match idle {
+                Idle::Spin(d) => (d, false),
+                Idle::Yield(d) => (d, true),
+            };
+            if polls % 8 == 0 && start.elapsed() >= budget {
+                return Ok(false);
+            }
+            if yields {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }));
+    match ran {
+        Ok(Ok(true)) => {
+            *peer.last(send) = op.seq;
+            drop(peer);
+            host.recorder().completed_seq(op.record, 0);
+            Ok(Here::Ran(Ok(())))
+        }
+        // Still moving: the lane takes it from here, ahead of anything
+        // queued behind it (queued while the link is still held, so that
+        // the lane cannot move a later one first).
+        Ok(Ok(false)) => {
+            let r = queued(host, op, poll, Some(transfer));
+            drop(peer);
+            r
+        }
+        Ok(Err(e)) => {
+            drop(peer);
+            Ok(Here::Ran(Err(host.verdict(op.record, e))))
+        }
+        Err(payload) => {
+            drop(peer);
+            let place = format!(
+                "thread '{}', running a {} inline",
+                std::thread::current().name().unwrap_or("unnamed"),
+                op.fp.op
+            );
+            let e = Error::from_panic(payload.as_ref(), &place, host.rank(), Some((op.fp.op, op.seq)));
+            Ok(Here::Ran(Err(host.internal_verdict(op.record, e))))
+        }
+    }
+}
+
+/// Queues `op` (part-moved as far as `transfer` says, if it was begun).
+fn queued<H: Host + 'static>(
+    host: &Arc<H>,
+    op: P2pOp,
+    poll: std::time::Duration,
+    transfer: Option<Transfer>,
+) -> Result<Here> {
+    let done = Completion::new(poll);
+    let mut job = P2pJob::new(op, done.clone());
+    if let Some(t) = transfer {
+        job.transfer = t;
+        job.started = true;
+    }
+    queue(host, job)?;
+    Ok(Here::Queued(done))
+}
+
+/// One direction of one peer: its queued operations, in sequence order.
 #[derive(Debug, Default)]
 struct Flow {
     jobs: VecDeque<(P2pJob, Instant)>,
-    transfer: Transfer,
 }
 
 /// The lane thread's state.
 struct Lane {
     host: Arc<dyn Host>,
-    links: Vec<Option<AnyLink>>,
     sends: Vec<Flow>,
     recvs: Vec<Flow>,
     /// The peers last published in `P2p::pending`.
@@ -207,11 +383,9 @@ struct Lane {
 
 impl Lane {
     fn run(host: Arc<dyn Host>) {
-        let links = host.lane().links.lock().take().unwrap_or_default();
-        let n = links.len();
+        let n = host.lane().peers.len();
         let mut lane = Lane {
             host,
-            links,
             sends: (0..n).map(|_| Flow::default()).collect(),
             recvs: (0..n).map(|_| Flow::default()).collect(),
             published: Vec::new(),
@@ -242,9 +416,15 @@ impl Lane {
     fn take_new(&mut self) -> bool {
         let mut q = self.host.lane().queue.lock();
         for j in q.jobs.drain(..) {
-            self.host.recorder().started_seq(j.record, 0);
+            if !j.started {
+                self.host.recorder().started_seq(j.record, 0);
+            }
             let flows = if j.is_send() { &mut self.sends } else { &mut self.recvs };
-            flows[j.peer].jobs.push_back((j, Instant::now()));
+            // In sequence order: a blocking call handed over is queued after
+            // the later operations of other threads may have been.
+            let jobs = &mut flows[j.peer].jobs;
+            let at = jobs.iter().position(|(q, _)| q.seq > j.seq).unwrap_or(jobs.len());
+            jobs.insert(at, (j, Instant::now()));
         }
         let pending: Vec<Rank> = (self.sends.iter().zip(&self.recvs).enumerate())
             .filter(|(_, (s, r))| !s.jobs.is_empty() || !r.jobs.is_empty())
@@ -286,7 +466,7 @@ impl Lane {
             return Err((record, reason));
         }
         let mut moved = false;
-        for peer in 0..self.links.len() {
+        for peer in 0..self.sends.len() {
             moved |= self.pump(peer, true)?;
             moved |= self.pump(peer, false)?;
         }
@@ -310,23 +490,31 @@ impl Lane {
         self.sends.iter().chain(&self.recvs).filter_map(|f| f.jobs.front()).min_by_key(|(_, t)| *t)
     }
 
-    /// Moves the head send (or receive) of `peer`; completes it when done.
-    /// Returns whether any byte moved.
+    /// Moves the head send (or receive) of `peer`, if it is the next of
+    /// its direction (an earlier one may be running inline); completes it
+    /// when done. Returns whether any byte moved.
     fn pump(&mut self, peer: usize, send: bool) -> std::result::Result<bool, (u64, Error)> {
-        let checks = self.host.config().checks;
+        let host = self.host.clone();
+        let checks = host.config().checks;
         let flow = if send { &mut self.sends[peer] } else { &mut self.recvs[peer] };
-        let Some((job, _)) = flow.jobs.front() else { return Ok(false) };
-        let Some(link) = self.links[peer].as_deref_mut() else { return Ok(false) };
+        let Some((job, _)) = flow.jobs.front_mut() else { return Ok(false) };
+        let mut pl = host.lane().peers[peer].lock();
+        if job.seq != *pl.last(send) + 1 {
+            return Ok(false);
+        }
+        let Some(link) = pl.link.as_deref_mut() else { return Ok(false) };
         let op = OpInfo { seq: job.seq, fingerprint: job.fp, checks };
         let record = job.record;
         self.moving = Some((record, job.fp.op, job.seq));
         fault::check(Point::P2p, job.seq);
-        let r = move_head(flow, link, &op, send);
+        let r = move_buf(&mut job.transfer, link, job.buf, &op, send);
         self.moving = None;
         let progress = r.map_err(|e| (record, e))?;
         if progress == Moved::Done {
+            *pl.last(send) = job.seq;
+            drop(pl);
             let (job, _) = flow.jobs.pop_front().expect("head exists");
-            self.host.recorder().completed_seq(job.record, 0);
+            host.recorder().completed_seq(job.record, 0);
             job.done.complete(Ok(()));
         }
         Ok(progress != Moved::Blocked)
@@ -336,10 +524,16 @@ impl Lane {
     /// (the driver's sleep, over the links with an operation queued).
     fn wait(&self) {
         let p = self.host.lane();
+        // The links of the peers with something queued, held while asleep
+        // (an inline call finding one held queues instead).
+        let held: Vec<(usize, parking_lot::MutexGuard<'_, PeerLink>)> = (0..self.sends.len())
+            .filter(|&peer| !self.sends[peer].jobs.is_empty() || !self.recvs[peer].jobs.is_empty())
+            .map(|peer| (peer, p.peers[peer].lock()))
+            .collect();
         let mut wait = LaneWait::new(&[p.kick.as_fd(), self.host.abort_signal().fd()]);
-        for (peer, link) in self.links.iter().enumerate() {
-            if let Some(link) = link {
-                wait.link(link.as_ref(), !self.sends[peer].jobs.is_empty(), !self.recvs[peer].jobs.is_empty());
+        for (peer, pl) in &held {
+            if let Some(link) = &pl.link {
+                wait.link(link.as_ref(), !self.sends[*peer].jobs.is_empty(), !self.recvs[*peer].jobs.is_empty());
             }
         }
         wait.sleep(p.waiter.as_ref(), || !p.queue.lock().jobs.is_empty());
@@ -363,7 +557,6 @@ impl Lane {
             },
         };
         for f in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
-            f.transfer.reset();
             for (j, _) in f.jobs.drain(..) {
                 self.host.recorder().failed(j.record, &verdict.to_string(), vec![j.peer]);
                 j.done.complete(Err(verdict.clone()));
@@ -375,17 +568,15 @@ impl Lane {
     }
 }
 
-/// Moves the head operation of `flow` on `link` as far as it goes (the
-/// driver moves the bytes).
-#[allow(unsafe_code)] // the job's buffer, as the submitter lent it
-fn move_head(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, send: bool) -> Result<Moved> {
-    let Flow { jobs, transfer } = flow;
-    let job = &jobs.front().expect("head exists").0;
+/// Moves a send from (or a receive into) `buf` on `link` as far as it
+/// goes, from where `transfer` left it (the driver moves the bytes).
+#[allow(unsafe_code)] // the operation's buffer, as the submitter lent it
+fn move_buf(transfer: &mut Transfer, link: &mut dyn Link, buf: RawBuf, op: &OpInfo, send: bool) -> Result<Moved> {
     if send {
         // SAFETY: the submitter keeps the buffer alive and unchanged until
-        // the job completes (a sync send blocks; an async one owns it in
-        // its Work).
-        let data = match unsafe { job.buf.buf(true) } {
+        // the operation completes (a sync send blocks; an async one owns it
+        // in its Work).
+        let data = match unsafe { buf.buf(true) } {
             Buf::Ro(d) => d,
             Buf::Rw(d) => &*d,
         };
@@ -393,7 +584,7 @@ fn move_head(flow: &mut Flow, link: &mut dyn Link, op: &OpInfo, send: bool) -> R
     } else {
         // SAFETY: the submitter keeps the buffer alive and unaliased until
         // the job completes.
-        let Buf::Rw(dst) = (unsafe { job.buf.buf(false) }) else { unreachable!("receive buffers are writable") };
+        let Buf::Rw(dst) = (unsafe { buf.buf(false) }) else { unreachable!("receive buffers are writable") };
         transfer.recv(link, dst, op)
     }
 }

@@ -279,6 +279,78 @@ fn threads_scenario() -> i32 {
     i32::from(wrong > 0 || !contiguous || !whole)
 }
 
+/// Sends and receives between ranks 0 and 1, blocking (run on the caller's
+/// thread when nothing is queued ahead) and background (run on the lane)
+/// mixed in one direction's order, small frames and frames larger than a
+/// ring (which a blocking call hands to the lane part-moved), a receive
+/// posted long before its data, and a ping-pong; every message carries
+/// its index, checked on arrival. Other ranks only join and leave.
+fn p2p_mix_scenario() -> i32 {
+    let c = Communicator::from_env().expect("init");
+    let (r, big) = (c.rank(), (1usize << 20) + 3);
+    let len = |k: usize| if k % 3 == 2 { big } else { 8 + k };
+    let mut wrong = 0usize;
+    const K: usize = 24;
+    if r == 0 {
+        let mut pending = Vec::new();
+        for k in 0..K {
+            let msg = vec![k as f32; len(k)];
+            if k % 2 == 0 {
+                c.send(&msg, 1).unwrap();
+            } else {
+                pending.push(c.send_async(msg, 1).unwrap());
+            }
+        }
+        for w in pending {
+            w.wait(None).unwrap();
+        }
+        // Rank 1 is already waiting in its receive.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        c.send(&[42.0f64; 3], 1).unwrap();
+        let mut x = [0i32; 2];
+        for i in 0..5000i32 {
+            c.send(&[i, i + 1], 1).unwrap();
+            c.recv(&mut x, 1).unwrap();
+            wrong += usize::from(x != [i + 1, i + 2]);
+        }
+    } else if r == 1 {
+        let mut pending = Vec::new();
+        for k in 0..K {
+            if k % 4 == 1 {
+                pending.push((k, c.recv_async(vec![0.0f32; len(k)], 0).unwrap()));
+                continue;
+            }
+            for (j, w) in pending.drain(..) {
+                let got = w.into_inner().unwrap();
+                wrong += usize::from(got.len() != len(j) || got.iter().any(|v| *v != j as f32));
+            }
+            let mut got = vec![0.0f32; len(k)];
+            c.recv(&mut got, 0).unwrap();
+            wrong += usize::from(got.iter().any(|v| *v != k as f32));
+        }
+        for (j, w) in pending.drain(..) {
+            let got = w.into_inner().unwrap();
+            wrong += usize::from(got.len() != len(j) || got.iter().any(|v| *v != j as f32));
+        }
+        let mut late = [0.0f64; 3];
+        c.recv(&mut late, 0).unwrap();
+        wrong += usize::from(late != [42.0; 3]);
+        let mut x = [0i32; 2];
+        for i in 0..5000i32 {
+            c.recv(&mut x, 0).unwrap();
+            wrong += usize::from(x != [i, i + 1]);
+            c.send(&[x[0] + 1, x[1] + 1], 0).unwrap();
+        }
+    }
+    c.barrier().unwrap();
+    // Each send and receive recorded, completed.
+    let p2p: Vec<_> = c.flight_recorder().into_iter().filter(|e| e.collective_seq_id == 0).collect();
+    let whole = p2p.iter().all(|e| e.state == ringleader::State::Completed);
+    println!("P2P wrong={wrong} whole={whole} recorded={}", p2p.len());
+    c.destroy().unwrap();
+    i32::from(wrong > 0 || !whole)
+}
+
 /// Entry point of worker processes (a no-op in a normal test run).
 #[test]
 fn worker() {
@@ -288,6 +360,7 @@ fn worker() {
         "matrix_large" => matrix(&[(1 << 20) + 3]),
         "async" => async_scenario(),
         "threads" => threads_scenario(),
+        "p2p_mix" => p2p_mix_scenario(),
         other => panic!("unknown scenario {other}"),
     };
     std::process::exit(code);
@@ -338,6 +411,20 @@ fn every_op_and_dtype_at_2_pow_20_plus_3_on_1_2_3_4_5_8_ranks_over_shared_memory
     for world in [1, 2, 3, 4, 5, 8] {
         let single_copy = if world % 2 == 0 { "4K" } else { "1M" };
         run_matrix_with(world, "matrix_large", "shm", 240, &[("RINGLEADER_SHM_SINGLE_COPY", single_copy)]);
+    }
+}
+
+#[test]
+fn blocking_and_background_sends_and_receives_keep_their_order_over_both_transports() {
+    for transport in ["shm", "tcp"] {
+        for world in [2, 3] {
+            let outs = run(JobSpec::new(world, "p2p_mix").env("RINGLEADER_TRANSPORT", transport).limit(120));
+            assert_all_ok(&outs);
+            for o in &outs[..2] {
+                let line = &o.lines("P2P")[0];
+                assert!(line.starts_with("wrong=0 whole=true"), "{transport} x{world} rank {}: {line}", o.rank);
+            }
+        }
     }
 }
 

@@ -61,7 +61,10 @@ fn panicking() -> i32 {
             first
         }
         // Rank 0's sends may all fit in the lane's buffers: it then waits
-        // for an answer rank 1 never sends.
+        // for an answer rank 1 never sends. "p2p": blocking calls (run on
+        // the caller's thread); "p2p-lane": rank 1's receives posted in the
+        // background before rank 0 sends anything (a barrier between), so
+        // that the send/recv lane's thread moves them.
         "p2p" => (0..5)
             .try_for_each(|_| {
                 let mut buf = vec![1.0f32; 1024];
@@ -74,6 +77,20 @@ fn panicking() -> i32 {
                 0 => c.recv(&mut [0.0f32; 4], 1),
                 _ => c.send(&[0.0f32; 4], 0),
             }),
+        "p2p-lane" => match c.rank() {
+            0 => c
+                .barrier()
+                .and_then(|()| (0..5).try_for_each(|_| c.send(&[1.0f32; 1024], 1)))
+                .and_then(|()| c.recv(&mut [0.0f32; 4], 1)),
+            _ => (0..5)
+                .map(|_| c.recv_async(vec![0.0f32; 1024], 0))
+                .collect::<ringleader::Result<Vec<_>>>()
+                .and_then(|works| {
+                    c.barrier()?;
+                    works.into_iter().try_for_each(|w| w.wait(None))
+                })
+                .and_then(|()| c.send(&[0.0f32; 4], 0)),
+        },
         other => panic!("unknown mode {other}"),
     };
     match r {
@@ -237,8 +254,16 @@ fn a_panic_in_the_transport_driver_is_an_internal_error() {
 
 #[test]
 fn a_panic_on_the_send_recv_lane_is_an_internal_error() {
-    let outs = panic_ends_in_internal("p2p", "p2p", "recv");
+    let outs = panic_ends_in_internal("p2p", "p2p-lane", "recv");
     assert!(err_of(&outs[1]).message.contains("ringleader-p2p-1"), "{:?}", err_of(&outs[1]));
+}
+
+#[test]
+fn a_panic_in_a_blocking_recv_run_inline_is_an_internal_error() {
+    let outs = panic_ends_in_internal("p2p", "p2p", "recv");
+    // On the caller's thread, not the lane's.
+    let e = err_of(&outs[1]);
+    assert!(e.message.contains("running a recv inline") && !e.message.contains("ringleader-p2p"), "{e:?}");
 }
 
 #[test]

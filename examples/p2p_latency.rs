@@ -1,0 +1,57 @@
+//! Send/recv ping-pong between ranks 0 and 1 through the Rust API's
+//! blocking calls (`ringleader perf` times collectives only). Prints, on
+//! rank 0, one JSON line: the message size, and the round trip's mean and
+//! percentiles in us over ITERS round trips after 200 of warm-up. Other
+//! ranks only join and leave.
+//!
+//! ```text
+//! ringleader launch --nproc-per-node 2 -- target/release/examples/p2p_latency [ITERS] [BYTES]
+//! ```
+
+use ringleader::Communicator;
+use std::time::Instant;
+
+fn main() -> ringleader::Result<()> {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("ITERS and BYTES are numbers"));
+    let iters = args.next().unwrap_or(20000).max(1);
+    let bytes = args.next().unwrap_or(8);
+    let comm = Communicator::from_env()?;
+    let (a, mut b) = (vec![1u8; bytes], vec![0u8; bytes]);
+    let mut trip = |comm: &Communicator| -> ringleader::Result<()> {
+        match comm.rank() {
+            0 => {
+                comm.send(&a, 1)?;
+                comm.recv(&mut b, 1)
+            }
+            1 => {
+                comm.recv(&mut b, 0)?;
+                comm.send(&a, 0)
+            }
+            _ => Ok(()),
+        }
+    };
+    for _ in 0..200 {
+        trip(&comm)?;
+    }
+    comm.barrier()?;
+    let mut us = Vec::with_capacity(iters);
+    let start = Instant::now();
+    for _ in 0..iters {
+        let t = Instant::now();
+        trip(&comm)?;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let mean = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    us.sort_by(f64::total_cmp);
+    let at = |q: f64| us[((iters - 1) as f64 * q) as usize];
+    if comm.rank() == 0 {
+        println!(
+            "{{\"bytes\": {bytes}, \"round_trip_us\": {{\"mean\": {mean:.3}, \"p10\": {:.3}, \"p50\": {:.3}, \"p90\": {:.3}, \"p99\": {:.3}}}}}",
+            at(0.1),
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
+    }
+    comm.destroy()
+}
