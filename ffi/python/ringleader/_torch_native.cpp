@@ -7,6 +7,13 @@
 // again). An 8-byte collective costs well under 1 us on shared memory, so
 // that trampoline was most of `dist.all_reduce`'s time.
 //
+// Sends and receives of one dense contiguous CPU tensor take the lane too,
+// whatever torch does with the work afterwards (torch gives the backend no
+// asyncOp for them: `dist.send` waits at once, `dist.isend` later): the C
+// ABI moves what it can before it returns (a small send then usually has
+// completed) and queues the rest; a completed one returns done work, a
+// queued one `QueuedWork` over the C ABI's work handle.
+//
 // What it does: `FastBackend` is the C++ base class of the Python
 // `RingleaderBackend` (ffi/python/ringleader/torch.py) when this module is
 // built. torch calls its virtual methods; for a call torch waits for at once
@@ -113,6 +120,37 @@ struct Entry {
   decltype(&rl_reduce_scatter) reduce_scatter = nullptr;
   decltype(&rl_broadcast) broadcast = nullptr;
   decltype(&rl_barrier) barrier = nullptr;
+  decltype(&rl_send) send = nullptr;
+  decltype(&rl_recv) recv = nullptr;
+  decltype(&rl_work_wait) work_wait = nullptr;
+  decltype(&rl_work_test) work_test = nullptr;
+  decltype(&rl_work_free) work_free = nullptr;
+};
+
+class FastBackend;
+
+// Work over a send or receive the C ABI queued (`rl_work`): waits through
+// the handle, raises its failure as the package does, frees it when torch
+// lets the work go (the C ABI waits there for a call still running, which
+// writes into the tensor this work keeps alive until then).
+class QueuedWork : public c10d::Work {
+ public:
+  QueuedWork(c10::intrusive_ptr<FastBackend> backend, c10d::OpType type,
+             std::vector<at::Tensor> tensors, rl_work* work);
+  ~QueuedWork() override;
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  std::vector<at::Tensor> result() override { return tensors_; }
+  // Completed once the call has ended: waits for it first (a send or
+  // receive is rarely chained through futures; its wait is bounded by the
+  // communicator's timeout).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  c10::intrusive_ptr<FastBackend> backend_;
+  std::vector<at::Tensor> tensors_;
+  rl_work* work_;
 };
 
 // torch's trampoline (c10d::PyBackend) looks a Python subclass's methods up
@@ -168,12 +206,19 @@ class FastBackend : public c10d::PyBackend {
   // failure of a call that returned `rc` as torch's exception type.
   void bind(std::uintptr_t comm, std::uintptr_t all_reduce,
             std::uintptr_t all_gather, std::uintptr_t reduce_scatter,
-            std::uintptr_t broadcast, std::uintptr_t barrier, py::object note,
-            py::object raise_code) {
+            std::uintptr_t broadcast, std::uintptr_t barrier, std::uintptr_t send,
+            std::uintptr_t recv, std::uintptr_t work_wait, std::uintptr_t work_test,
+            std::uintptr_t work_free, py::object note, py::object raise_code) {
     if (comm == 0 || !all_reduce || !all_gather || !reduce_scatter ||
-        !broadcast || !barrier) {
+        !broadcast || !barrier || !send || !recv || !work_wait || !work_test ||
+        !work_free) {
       throw py::value_error("FastBackend.bind: a null handle or entry point");
     }
+    entry_.send = reinterpret_cast<decltype(entry_.send)>(send);
+    entry_.recv = reinterpret_cast<decltype(entry_.recv)>(recv);
+    entry_.work_wait = reinterpret_cast<decltype(entry_.work_wait)>(work_wait);
+    entry_.work_test = reinterpret_cast<decltype(entry_.work_test)>(work_test);
+    entry_.work_free = reinterpret_cast<decltype(entry_.work_free)>(work_free);
     entry_.all_reduce = reinterpret_cast<decltype(entry_.all_reduce)>(all_reduce);
     entry_.all_gather = reinterpret_cast<decltype(entry_.all_gather)>(all_gather);
     entry_.reduce_scatter =
@@ -334,12 +379,25 @@ class FastBackend : public c10d::PyBackend {
   }
 
   WorkPtr send(Tensors& tensors, int dst, int tag) override {
+    if (WorkPtr w = p2p_lane(tensors, dst, true)) {
+      return w;
+    }
     RL_PYTHON_WORK("send", send, tensors, dst, tag);
   }
 
   WorkPtr recv(Tensors& tensors, int src, int tag) override {
+    if (WorkPtr w = p2p_lane(tensors, src, false)) {
+      return w;
+    }
     RL_PYTHON_WORK("recv", recv, tensors, src, tag);
   }
+
+  // The C ABI's wait, test and free of a work handle (bound: a QueuedWork
+  // exists only once bind has run, and the entry points never change).
+  const Entry& entry() const { return entry_; }
+
+  // A failed call raises the package's exception (see `check`).
+  void fail(int rc) { check(rc); }
 
   WorkPtr recvAnysource(Tensors& tensors, int tag) override {
     RL_PYTHON_WORK("recv_anysource", recvAnysource, tensors, tag);
@@ -402,6 +460,36 @@ class FastBackend : public c10d::PyBackend {
     return c10::make_intrusive<DoneWork>(c10d::OpType::_ALLGATHER_BASE, Tensors{output});
   }
 
+  // A send (or receive) of one dense contiguous CPU tensor through the C
+  // ABI: done work when it completed before the call returned, else work
+  // over its queued handle; null where the Python path serves it.
+  WorkPtr p2p_lane(Tensors& tensors, int peer, bool send) {
+    const rl_comm* comm = comm_.load(std::memory_order_acquire);
+    if (comm == nullptr || tensors.size() != 1) {
+      return {};
+    }
+    at::Tensor& t = tensors[0];
+    int code = lane_code(t);
+    if (code < 0) {
+      return {};
+    }
+    note();
+    rl_work* work = nullptr;
+    int rc = send ? entry_.send(comm, t.data_ptr(), t.numel(), code, peer, &work)
+                  : entry_.recv(comm, t.data_ptr(), t.numel(), code, peer, &work);
+    check(rc);
+    c10d::OpType type = send ? c10d::OpType::SEND : c10d::OpType::RECV;
+    bool done = false;
+    if (entry_.work_test(work, &done) == RL_OK && done) {
+      rc = entry_.work_wait(work, -1.0);
+      entry_.work_free(work);
+      check(rc);
+      return c10::make_intrusive<DoneWork>(type, tensors);
+    }
+    return c10::make_intrusive<QueuedWork>(
+        c10::intrusive_ptr<FastBackend>::reclaim_copy(this), type, tensors, work);
+  }
+
   WorkPtr scatter_lane(at::Tensor& output, at::Tensor& input,
                        const c10d::ReduceScatterOptions& opts) {
     const rl_comm* comm = lane(opts.asyncOp);
@@ -451,6 +539,57 @@ class FastBackend : public c10d::PyBackend {
   py::object note_;
   py::object raise_;
 };
+
+QueuedWork::QueuedWork(c10::intrusive_ptr<FastBackend> backend, c10d::OpType type,
+                       std::vector<at::Tensor> tensors, rl_work* work)
+    : c10d::Work(-1, type),
+      backend_(std::move(backend)),
+      tensors_(std::move(tensors)),
+      work_(work) {}
+
+QueuedWork::~QueuedWork() {
+  // Without the GIL: the call may still run (torch dropped the work
+  // unwaited) and the C ABI waits for it.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release nogil;
+    backend_->entry().work_free(work_);
+  } else {
+    backend_->entry().work_free(work_);
+  }
+}
+
+bool QueuedWork::isCompleted() {
+  bool done = false;
+  return backend_->entry().work_test(work_, &done) == RL_OK && done;
+}
+
+bool QueuedWork::isSuccess() const {
+  bool done = false;
+  const Entry& e = backend_->entry();
+  return e.work_test(work_, &done) == RL_OK && done && e.work_wait(work_, 0.0) == RL_OK;
+}
+
+bool QueuedWork::wait(std::chrono::milliseconds timeout) {
+  double limit = timeout.count() > 0 ? timeout.count() / 1000.0 : -1.0;
+  int rc;
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release nogil;
+    rc = backend_->entry().work_wait(work_, limit);
+  } else {
+    rc = backend_->entry().work_wait(work_, limit);
+  }
+  backend_->fail(rc);
+  finish();
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> QueuedWork::getFuture() {
+  wait(std::chrono::milliseconds(0));
+  auto f = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()));
+  f->markCompleted(c10::IValue(tensors_));
+  return f;
+}
 
 }  // namespace
 

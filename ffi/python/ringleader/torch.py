@@ -617,6 +617,11 @@ class RingleaderBackend(_Base):
             addr(L.rl_reduce_scatter),
             addr(L.rl_broadcast),
             addr(L.rl_barrier),
+            addr(L.rl_send),
+            addr(L.rl_recv),
+            addr(L.rl_work_wait),
+            addr(L.rl_work_test),
+            addr(L.rl_work_free),
             _callsite.note if _callsite.ENABLED else None,
             _raise_code,
         )
