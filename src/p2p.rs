@@ -282,7 +282,7 @@ pub(crate) fn run_here<H: Host + 'static>(
         fault::check(Point::P2p, op.seq);
         let link = peer.link.as_deref_mut().expect("checked above");
         let start = Instant::now();
-        let mut polls = 0u32;
+        let (mut polls, mut waited) = (0u32, std::time::Duration::ZERO);
         loop {
             let moved = move_buf(&mut transfer, link, op.buf, &info, send)?;
             if moved == Moved::Done {
@@ -299,17 +299,11 @@ pub(crate) fn run_here<H: Host + 'static>(
             }
             // The clock every few polls: reading it costs more than a poll.
             polls = polls.wrapping_add(1);
-            let (budget, yields) = match idle {
-                Idle::Spin(d) => (d, false),
-                Idle::Yield(d) => (d, true),
-            };
-            if polls % 8 == 0 && start.elapsed() >= budget {
-                return Ok(false);
+            if polls % 8 == 0 {
+                waited = start.elapsed();
             }
-            if yields {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+            if !idle.poll_again(waited) {
+                return Ok(false);
             }
         }
     }));

@@ -547,15 +547,21 @@ QueuedWork::QueuedWork(c10::intrusive_ptr<FastBackend> backend, c10d::OpType typ
       tensors_(std::move(tensors)),
       work_(work) {}
 
-QueuedWork::~QueuedWork() {
-  // Without the GIL: the call may still run (torch dropped the work
-  // unwaited) and the C ABI waits for it.
+// Runs `f` without the GIL when this thread holds it: it may wait for a
+// call that runs on.
+template <typename F>
+auto without_gil(F f) {
   if (Py_IsInitialized() && PyGILState_Check()) {
     py::gil_scoped_release nogil;
-    backend_->entry().work_free(work_);
-  } else {
-    backend_->entry().work_free(work_);
+    return f();
   }
+  return f();
+}
+
+QueuedWork::~QueuedWork() {
+  // The call may still run (torch dropped the work unwaited): the C ABI
+  // waits for it.
+  without_gil([this] { backend_->entry().work_free(work_); });
 }
 
 bool QueuedWork::isCompleted() {
@@ -571,13 +577,7 @@ bool QueuedWork::isSuccess() const {
 
 bool QueuedWork::wait(std::chrono::milliseconds timeout) {
   double limit = timeout.count() > 0 ? timeout.count() / 1000.0 : -1.0;
-  int rc;
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    py::gil_scoped_release nogil;
-    rc = backend_->entry().work_wait(work_, limit);
-  } else {
-    rc = backend_->entry().work_wait(work_, limit);
-  }
+  int rc = without_gil([&] { return backend_->entry().work_wait(work_, limit); });
   backend_->fail(rc);
   finish();
   return true;

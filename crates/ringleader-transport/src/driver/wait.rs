@@ -142,6 +142,14 @@ impl Idle {
         }
     }
 
+    /// One pass of a wait outside the driver that polls as the driver's
+    /// do: spins or yields once and returns `true` while a wait that has
+    /// lasted `waited` is within this policy's budget, else returns `false`
+    /// at once (sleep, or hand the wait over).
+    pub fn poll_again(self, waited: Duration) -> bool {
+        self.keep_polling(waited) != Pass::Sleep
+    }
+
     /// Polls once more (spinning or yielding) instead of sleeping, when a
     /// wait has lasted `idle` so far.
     fn keep_polling(self, idle: Duration) -> Pass {
