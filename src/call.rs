@@ -161,19 +161,10 @@ pub(crate) enum Dispatch {
 /// Checks call `c` of rank `rank` in a world of `n` and describes it (see
 /// the module docs).
 pub(crate) fn describe(c: &Call, rank: Rank, n: usize) -> Result<Dispatch> {
-    let check_root = |what: &str, root: Rank| {
-        if root >= n {
-            return Err(Error::invalid(what, format!("rank {root} does not exist in a world of {n}")));
-        }
-        Ok(())
-    };
-    let check_peer = |what: &str, peer: Rank| {
-        check_root(what, peer)?;
-        if peer == rank {
-            return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
-        }
-        Ok(())
-    };
+    if let Some(req) = describe_p2p(c, rank, n) {
+        return req.map(Dispatch::P2p);
+    }
+    let check_root = |what: &str, root: Rank| check_root(what, root, n);
     let times_n = |what: &str, small: usize, big: usize, small_name: &str, big_name: &str| {
         if small.checked_mul(n) != Some(big) {
             return Err(Error::invalid(
@@ -184,28 +175,24 @@ pub(crate) fn describe(c: &Call, rank: Rank, n: usize) -> Result<Dispatch> {
         Ok(())
     };
     let (ic, oc) = (c.input_count, c.output_count);
-    // What runs it: a collective's schedule, or the lane to one peer.
-    enum Target {
-        Coll(Coll),
-        Peer(Rank),
-    }
-    let (op, target) = match c.op {
-        RawOp::AllReduce { op } => (OpKind::AllReduce, Target::Coll(Coll::AllReduce { count: oc, op })),
+    // The collective's schedule (sends and receives were described above).
+    let (op, coll) = match c.op {
+        RawOp::AllReduce { op } => (OpKind::AllReduce, Coll::AllReduce { count: oc, op }),
         RawOp::AllGather => {
             times_n("all_gather", ic, oc, "input", "output")?;
-            (OpKind::AllGather, Target::Coll(Coll::AllGather { per_rank: ic }))
+            (OpKind::AllGather, Coll::AllGather { per_rank: ic })
         }
         RawOp::ReduceScatter { op } => {
             times_n("reduce_scatter", oc, ic, "output", "input")?;
-            (OpKind::ReduceScatter, Target::Coll(Coll::ReduceScatter { per_rank: oc, op }))
+            (OpKind::ReduceScatter, Coll::ReduceScatter { per_rank: oc, op })
         }
         RawOp::Broadcast { root } => {
             check_root("broadcast root", root)?;
-            (OpKind::Broadcast, Target::Coll(Coll::Broadcast { count: oc, root }))
+            (OpKind::Broadcast, Coll::Broadcast { count: oc, root })
         }
         RawOp::Reduce { root, op } => {
             check_root("reduce root", root)?;
-            (OpKind::Reduce, Target::Coll(Coll::Reduce { count: oc, root, op }))
+            (OpKind::Reduce, Coll::Reduce { count: oc, root, op })
         }
         RawOp::AllToAll => {
             if ic != oc || ic % n != 0 {
@@ -214,18 +201,14 @@ pub(crate) fn describe(c: &Call, rank: Rank, n: usize) -> Result<Dispatch> {
                     format!("input ({ic}) and output ({oc}) must hold the same number of elements, a multiple of world_size ({n})"),
                 ));
             }
-            (OpKind::AllToAll, Target::Coll(Coll::AllToAll { per_rank: ic / n }))
+            (OpKind::AllToAll, Coll::AllToAll { per_rank: ic / n })
         }
-        // Sends and receives run on their own lane.
-        RawOp::Send { peer } => {
-            check_peer("send destination", peer)?;
-            (OpKind::Send, Target::Peer(peer))
+        // Described by `describe_p2p` above; never here.
+        RawOp::Send { .. } | RawOp::Recv { .. } => {
+            let what = "a send or receive reached the collectives' checks".into();
+            return Err(Error::Internal { rank, op: None, what });
         }
-        RawOp::Recv { peer } => {
-            check_peer("recv source", peer)?;
-            (OpKind::Recv, Target::Peer(peer))
-        }
-        RawOp::Barrier => (OpKind::Barrier, Target::Coll(Coll::Barrier)),
+        RawOp::Barrier => (OpKind::Barrier, Coll::Barrier),
         RawOp::MonitoredBarrier { timeout, wait_all } => {
             let fp = Fingerprint::new(OpKind::MonitoredBarrier, DType::U8, 0);
             let task = Task::MonitoredBarrier { timeout, wait_all };
@@ -249,17 +232,57 @@ pub(crate) fn describe(c: &Call, rank: Rank, n: usize) -> Result<Dispatch> {
         RawOp::AllReduce { op } | RawOp::ReduceScatter { op } => fp = fp.with_reduce_op(op),
         RawOp::Broadcast { root } => fp = fp.with_root(root),
         RawOp::Reduce { root, op } => fp = fp.with_root(root).with_reduce_op(op),
-        RawOp::Send { peer } | RawOp::Recv { peer } => fp = fp.with_root(peer),
         _ => {}
     }
-    Ok(match target {
-        Target::Coll(task) => {
-            let task = Task::Coll(task);
-            Dispatch::Engine(Submission { task, fp, io, io_ro, out, site: c.site, key: c.key() })
-        }
-        // A send reads `io` (the input), a receive writes it (the output).
-        Target::Peer(peer) => Dispatch::P2p(P2pRequest { peer, fp, buf: io, site: c.site }),
-    })
+    let task = Task::Coll(coll);
+    Ok(Dispatch::Engine(Submission { task, fp, io, io_ro, out, site: c.site, key: c.key() }))
+}
+
+/// [`describe`] for a send or receive (`None` for any other call): the
+/// same checks in the same order, with the same errors, without the
+/// general dispatch around them, on the path of every small message.
+#[inline]
+pub(crate) fn describe_p2p(c: &Call, rank: Rank, n: usize) -> Option<Result<P2pRequest>> {
+    // A send reads its input; a receive writes its output (in place).
+    let (op, peer, what, count, at) = match c.op {
+        RawOp::Send { peer } => (OpKind::Send, peer, "send destination", c.input_count, c.input as *mut u8),
+        RawOp::Recv { peer } => (OpKind::Recv, peer, "recv source", c.output_count, c.output),
+        _ => return None,
+    };
+    Some(p2p_request(c, op, (peer, what), (count, at), rank, n))
+}
+
+#[inline]
+fn p2p_request(
+    c: &Call,
+    op: OpKind,
+    (peer, what): (Rank, &str),
+    (count, at): (usize, *mut u8),
+    rank: Rank,
+    n: usize,
+) -> Result<P2pRequest> {
+    check_root(what, peer, n)?;
+    if peer == rank {
+        return Err(Error::invalid(what, format!("rank {peer} is this rank itself")));
+    }
+    // The other buffer is empty: the larger count is this one.
+    let Some(bytes) = count.checked_mul(c.dtype.size()) else {
+        return Err(Error::invalid(op.name(), format!("{count} elements do not fit this machine's memory")));
+    };
+    if bytes > 0 && at.is_null() {
+        let fault = if op == OpKind::Send { BufferFault::NullInput } else { BufferFault::NullOutput };
+        return Err(buffer_error(op, fault));
+    }
+    let fp = Fingerprint::new(op, c.dtype, count as u64).with_root(peer);
+    Ok(P2pRequest { peer, fp, buf: RawBuf::new(at, bytes), site: c.site })
+}
+
+/// A root (or peer) that is not a rank of the world of `n`.
+fn check_root(what: &str, root: Rank, n: usize) -> Result<()> {
+    if root >= n {
+        return Err(Error::invalid(what, format!("rank {root} does not exist in a world of {n}")));
+    }
+    Ok(())
 }
 
 /// The buffers operation `op` of call `c` works on: `io` (read only when

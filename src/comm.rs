@@ -1,6 +1,6 @@
 //! The communicator: the public face of a rank in a job.
 
-use crate::call::{describe, Call, Dispatch, P2pRequest, RawOp};
+use crate::call::{describe, describe_p2p, Call, Dispatch, P2pRequest, RawOp};
 use crate::engine::{EngineParts, Shared};
 use crate::log;
 use crate::monitor::{self, Stop};
@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use ringleader_core::{AbortSignal, Config, Element, Error, OpKind, Rank, ReduceOp, Result};
 use ringleader_diag::Entry;
 use ringleader_store::{Presence, StoreServer};
+use ringleader_transport::driver::spin_budget::SpinBudget;
 use ringleader_transport::driver::Driver;
 use ringleader_transport::plane::{attach_shm, Lanes, PeerHost};
 use std::path::{Path, PathBuf};
@@ -125,7 +126,7 @@ impl Communicator {
         let me = &shared.peers[shared.rank];
         let local = shared.peers.iter().filter(|p| p.same_host(me)).count();
         shared.poll = crate::work::poll_budget(local);
-        shared.p2p.idle = ringleader_transport::Idle::for_local_ranks(local);
+        shared.p2p.budget = SpinBudget::new(ringleader_transport::Idle::for_local_ranks(local));
         tracing::debug!(
             rank = shared.rank,
             poll_us = shared.poll.as_micros() as u64,
@@ -192,39 +193,61 @@ impl Communicator {
             }
         }
         let _call = sh.enter()?;
+        // Sends and receives first, described without the collectives'
+        // dispatch: the path of every small message.
+        if let Some(req) = describe_p2p(&call, sh.rank, sh.world) {
+            return self.p2p_sync(req?);
+        }
         match describe(&call, sh.rank, sh.world)? {
-            // On this thread when it may (see `p2p.rs`), else on the lane.
-            Dispatch::P2p(req) => match p2p::run_here(sh, self.p2p_op(req)?, true, sh.poll)? {
-                Here::Ran(r) => r,
-                Here::Queued(done) => sh.wait_bounded(&done),
-            },
+            Dispatch::P2p(req) => self.p2p_sync(req),
             Dispatch::Engine(req) => sh.run_sync(&req),
+        }
+    }
+
+    /// Blocking send or receive `req`: on this thread when it may (see
+    /// `p2p.rs`), else on the lane.
+    #[inline]
+    fn p2p_sync(&self, req: P2pRequest) -> Result<()> {
+        let sh = &self.shared;
+        match p2p::run_here(sh, self.p2p_op(req)?, true, sh.poll)? {
+            Here::Ran(r) => r,
+            Here::Queued(done, began) => {
+                let r = sh.wait_bounded(&done);
+                sh.p2p.waited(began);
+                r
+            }
         }
     }
 
     fn queue<B>(&self, call: Call, buf: B) -> Result<Work<B>> {
         let sh = &self.shared;
         let _call = sh.enter()?;
-        let limit = sh.wait_limit();
+        if let Some(req) = describe_p2p(&call, sh.rank, sh.world) {
+            return self.p2p_queue(req?, buf);
+        }
         match describe(&call, sh.rank, sh.world)? {
-            // Moved here as far as it goes without waiting (see `p2p.rs`).
-            Dispatch::P2p(req) => {
-                let op = self.p2p_op(req)?;
-                let done = match p2p::run_here(sh, op, false, sh.poll)? {
-                    Here::Ran(r) => {
-                        let done = Completion::new(sh.poll);
-                        done.complete(r);
-                        done
-                    }
-                    Here::Queued(done) => done,
-                };
-                Ok(Work { done, buf: Some(buf), op: op.fp.op, seq: op.seq, limit })
-            }
+            Dispatch::P2p(req) => self.p2p_queue(req, buf),
             Dispatch::Engine(req) => {
                 let (done, seq) = sh.enqueue(&req)?;
-                Ok(Work { done, buf: Some(buf), op: req.fp.op, seq, limit })
+                Ok(Work { done, buf: Some(buf), op: req.fp.op, seq, limit: sh.wait_limit() })
             }
         }
+    }
+
+    /// Background send or receive `req`, moved here as far as it goes
+    /// without waiting (see `p2p.rs`).
+    fn p2p_queue<B>(&self, req: P2pRequest, buf: B) -> Result<Work<B>> {
+        let sh = &self.shared;
+        let op = self.p2p_op(req)?;
+        let done = match p2p::run_here(sh, op, false, sh.poll)? {
+            Here::Ran(r) => {
+                let done = Completion::new(sh.poll);
+                done.complete(r);
+                done
+            }
+            Here::Queued(done, _) => done,
+        };
+        Ok(Work { done, buf: Some(buf), op: op.fp.op, seq: op.seq, limit: sh.wait_limit() })
     }
 
     /// Send or receive `req`, numbered and recorded, on a communicator
@@ -238,8 +261,8 @@ impl Communicator {
             return Err(f);
         }
         let seq = sh.p2p.next_seq(req.fp.op == OpKind::Send, req.peer);
-        let record = sh.fr.record_at(req.fp, 0, seq, req.site);
-        Ok(P2pOp { peer: req.peer, seq, fp: req.fp, record, buf: req.buf })
+        let (record, at) = sh.fr.record_stamped(req.fp, 0, seq, req.site);
+        Ok(P2pOp { peer: req.peer, seq, fp: req.fp, record, at, buf: req.buf })
     }
 
     /// Runs a collective on raw buffers, for language bindings (the C ABI,

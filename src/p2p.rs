@@ -22,11 +22,15 @@
 //! to that peer has nothing queued ahead of it and the lane is not using
 //! the peer's link ([`run_here`]): the thread hop each way (a wake-up, tens
 //! of microseconds on a busy host) was most of a small message's time. A
-//! blocking call polls for as long as the collectives' waits do ([`Idle`]);
-//! a background one moves what it can without waiting (a small send then
-//! usually completes before the call returns). A frame still moving is
-//! then handed to the lane, part-moved, in its place in the order, and the
-//! caller waits for it as before. Each
+//! blocking call polls within a budget that starts at the collectives'
+//! ([`Idle`](ringleader_transport::Idle)) and grows while waits end soon after it ran out
+//! ([`SpinBudget`]: with a fixed one, a ping-pong whose one side slept once
+//! stayed in wake-ups on both sides); a background one moves what it can
+//! without waiting (a small send then usually completes before the call
+//! returns). Frames that fit travel whole in the link's fastbox where it
+//! has one (shared memory), as the collectives' small frames do. A frame
+//! still moving is then handed to the lane, part-moved, in its place in
+//! the order, and the caller waits for it as before. Each
 //! peer's link sits behind a lock with the sequence numbers of the last
 //! send and receive that completed on it: whoever moves an operation (the
 //! lane or an inline caller) holds the lock, and only the operation after
@@ -46,12 +50,14 @@ use ringleader_core::{AbortSignal, Config, Error, Fingerprint, OpKind, Rank, Ran
 use ringleader_diag::snapshot::P2pWait;
 use ringleader_diag::FlightRecorder;
 use ringleader_transport::driver::lane::{LaneWait, Moved, Transfer};
+use ringleader_transport::driver::spin_budget::SpinBudget;
 use ringleader_transport::shm::Waiter;
-use ringleader_transport::{AnyLink, Buf, Idle, Link, OpInfo};
+use ringleader_transport::{AnyLink, Buf, Link, OpInfo};
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +104,7 @@ struct P2pJob {
 impl P2pJob {
     /// A send or receive not yet moved.
     fn new(op: P2pOp, done: Arc<Completion>) -> P2pJob {
-        let P2pOp { peer, seq, fp, record, buf } = op;
+        let P2pOp { peer, seq, fp, record, buf, .. } = op;
         P2pJob { peer, seq, fp, record, buf, done, transfer: Transfer::new(), started: false }
     }
 }
@@ -111,6 +117,8 @@ pub(crate) struct P2pOp {
     pub seq: u64,
     pub fp: Fingerprint,
     pub record: u64,
+    /// The record's creation stamp: an inline run starts at it.
+    pub at: u64,
     pub buf: RawBuf,
 }
 
@@ -145,8 +153,6 @@ struct Queue {
     jobs: Vec<P2pJob>,
     shutdown: bool,
     started: bool,
-    send_seq: Vec<u64>,
-    recv_seq: Vec<u64>,
 }
 
 /// The lane: the links, the submission queue, and what wakes the thread.
@@ -154,8 +160,13 @@ pub(crate) struct P2p {
     queue: Mutex<Queue>,
     /// Each peer's link (`None`: this rank's own slot), see [`PeerLink`].
     peers: Vec<Mutex<PeerLink>>,
-    /// How an inline run polls before it hands over (see the module docs).
-    pub idle: Idle,
+    /// The last sequence number given to a send to, and a receive from,
+    /// each peer.
+    send_seq: Vec<AtomicU64>,
+    recv_seq: Vec<AtomicU64>,
+    /// How long a blocking inline run polls before it hands over: learned
+    /// from the waits that outlast it (see the module docs).
+    pub budget: SpinBudget,
     kick: OwnedFd,
     waiter: Option<Waiter>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -178,9 +189,11 @@ impl P2p {
     pub(crate) fn new(links: Vec<Option<AnyLink>>, waiter: Option<Waiter>) -> std::io::Result<P2p> {
         let world = links.len();
         Ok(P2p {
-            queue: Mutex::new(Queue { send_seq: vec![0; world], recv_seq: vec![0; world], ..Queue::default() }),
+            queue: Mutex::new(Queue::default()),
+            send_seq: (0..world).map(|_| AtomicU64::new(0)).collect(),
+            recv_seq: (0..world).map(|_| AtomicU64::new(0)).collect(),
             peers: links.into_iter().map(|link| Mutex::new(PeerLink { link, sent: 0, received: 0 })).collect(),
-            idle: Idle::default(),
+            budget: SpinBudget::default(),
             kick: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             waiter,
             thread: Mutex::new(None),
@@ -198,10 +211,8 @@ impl P2p {
 
     /// The next sequence number of a send to (or receive from) `peer`.
     pub(crate) fn next_seq(&self, send: bool, peer: Rank) -> u64 {
-        let mut q = self.queue.lock();
-        let c = if send { &mut q.send_seq[peer] } else { &mut q.recv_seq[peer] };
-        *c += 1;
-        *c
+        let c = if send { &self.send_seq[peer] } else { &self.recv_seq[peer] };
+        c.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Stops the lane thread: queued operations fail.
@@ -250,8 +261,22 @@ pub(crate) enum Here {
     /// It ran here, to the end (or to its failure's verdict).
     Ran(Result<()>),
     /// It is queued on the lane (handed over part-moved, or not begun):
-    /// wait for this.
-    Queued(Arc<Completion>),
+    /// wait for this. With when a blocking call began waiting here, if it
+    /// handed over because its polling budget ran out: tell the budget
+    /// how long the wait lasted in all ([`P2p::waited`]).
+    Queued(Arc<Completion>, Option<Instant>),
+}
+
+impl P2p {
+    /// A blocking call that began waiting at `began`, polled its whole
+    /// budget and handed over, has completed: the budget learns how long
+    /// it waited (see `spin_budget.rs` in the transport: a ping-pong whose
+    /// waits outlast a fixed budget stays in wake-ups).
+    pub(crate) fn waited(&self, began: Option<Instant>) {
+        if let Some(b) = began {
+            self.budget.slept(b.elapsed());
+        }
+    }
 }
 
 /// Runs send or receive `op` on the caller's thread when it may (see the
@@ -268,21 +293,22 @@ pub(crate) fn run_here<H: Host + 'static>(
     let p = host.lane();
     let send = op.fp.op == OpKind::Send;
     let Some(mut peer) = p.peers.get(op.peer).and_then(|m| m.try_lock()) else {
-        return queued(host, op, poll, None);
+        return queued(host, op, poll, None, None);
     };
     if op.seq != *peer.last(send) + 1 || peer.link.is_none() {
         drop(peer);
-        return queued(host, op, poll, None);
+        return queued(host, op, poll, None, None);
     }
-    host.recorder().started_seq(op.record, 0);
+    // Numbered, recorded and started in one go: one clock read.
+    host.recorder().started_at(op.record, 0, op.at);
     let info = OpInfo { seq: op.seq, fingerprint: op.fp, checks: host.config().checks };
     let mut transfer = Transfer::new();
-    let idle = p.idle;
+    let idle = p.budget.idle();
+    let (mut began, mut waited) = (None, std::time::Duration::ZERO);
     let ran = catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
         fault::check(Point::P2p, op.seq);
         let link = peer.link.as_deref_mut().expect("checked above");
-        let start = Instant::now();
-        let (mut polls, mut waited) = (0u32, std::time::Duration::ZERO);
+        let mut polls = 0u32;
         loop {
             let moved = move_buf(&mut transfer, link, op.buf, &info, send)?;
             if moved == Moved::Done {
@@ -298,6 +324,7 @@ pub(crate) fn run_here<H: Host + 'static>(
                 continue;
             }
             // The clock every few polls: reading it costs more than a poll.
+            let start = *began.get_or_insert_with(Instant::now);
             polls = polls.wrapping_add(1);
             if polls % 8 == 0 {
                 waited = start.elapsed();
@@ -311,14 +338,17 @@ pub(crate) fn run_here<H: Host + 'static>(
         Ok(Ok(true)) => {
             *peer.last(send) = op.seq;
             drop(peer);
-            host.recorder().completed_seq(op.record, 0);
+            // How long it waited, as of the loop's last clock read (none
+            // when it moved at once): its end without another read.
+            let ran = began.map_or(0, |_| u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+            host.recorder().completed_after(op.record, 0, Some(ran));
             Ok(Here::Ran(Ok(())))
         }
         // Still moving: the lane takes it from here, ahead of anything
         // queued behind it (queued while the link is still held, so that
         // the lane cannot move a later one first).
         Ok(Ok(false)) => {
-            let r = queued(host, op, poll, Some(transfer));
+            let r = queued(host, op, poll, Some(transfer), began.filter(|_| blocking));
             drop(peer);
             r
         }
@@ -339,12 +369,14 @@ pub(crate) fn run_here<H: Host + 'static>(
     }
 }
 
-/// Queues `op` (part-moved as far as `transfer` says, if it was begun).
+/// Queues `op` (part-moved as far as `transfer` says, if it was begun;
+/// `began`: see [`Here::Queued`]).
 fn queued<H: Host + 'static>(
     host: &Arc<H>,
     op: P2pOp,
     poll: std::time::Duration,
     transfer: Option<Transfer>,
+    began: Option<Instant>,
 ) -> Result<Here> {
     let done = Completion::new(poll);
     let mut job = P2pJob::new(op, done.clone());
@@ -353,7 +385,7 @@ fn queued<H: Host + 'static>(
         job.started = true;
     }
     queue(host, job)?;
-    Ok(Here::Queued(done))
+    Ok(Here::Queued(done, began))
 }
 
 /// One direction of one peer: its queued operations, in sequence order.

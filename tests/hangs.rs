@@ -90,6 +90,13 @@ fn mismatched_call(c: &Communicator, odd: bool) -> ringleader::Result<()> {
             let mut out = vec![0i32; inp.len() * c.world_size()];
             c.all_gather(&inp, &mut out)
         }
+        // Rank 0 sends 4 floats where rank 1 receives 5 (at 16 bytes the
+        // frame travels in a fastbox over shared memory).
+        "p2p" => match c.rank() {
+            0 => c.send(&[1.0f32; 4], 1),
+            1 => c.recv(&mut [0.0f32; 5], 0),
+            _ => Ok(()),
+        },
         a => panic!("unknown mismatch {a}"),
     }
 }
@@ -352,6 +359,29 @@ fn mismatched_arguments_fail_at_once_on_every_rank() {
             assert!(e.message.contains(theirs), "{what}: {}", e.message);
             assert!(e.elapsed_ms < 5000, "{what}: took {} ms", e.elapsed_ms);
             assert_eq!(e.message, first, "{what}: the same verdict everywhere");
+        }
+    }
+}
+
+#[test]
+fn a_send_and_a_receive_that_disagree_fail_at_once_naming_both_over_both_transports() {
+    for transport in ["shm", "tcp"] {
+        let spec = JobSpec::new(3, "mismatch")
+            .env("RL_ARG", "p2p")
+            .env("RINGLEADER_TRANSPORT", transport)
+            .env("RINGLEADER_TIMEOUT", "30")
+            .limit(40);
+        let outs = run(spec);
+        let first = err_of(&outs[0]).message;
+        for o in &outs {
+            let e = err_of(o);
+            assert_eq!(e.kind, "mismatch", "{transport}: {}", e.message);
+            assert_eq!((e.op.as_deref(), e.seq), (Some("recv"), Some(1)), "{transport}: {}", e.message);
+            assert_eq!(e.ranks, vec![0, 1], "{transport}: {}", e.message);
+            let both = "in recv(f32 x 5, peer 0) #1 rank 0 sent send(f32 x 4, peer 1) #1";
+            assert!(e.message.contains(both), "{transport}: {}", e.message);
+            assert!(e.elapsed_ms < 5000, "{transport}: took {} ms", e.elapsed_ms);
+            assert_eq!(e.message, first, "{transport}: the same verdict everywhere");
         }
     }
 }

@@ -428,7 +428,17 @@ impl FlightRecorder {
 
     /// [`record`](Self::record), keeping where the call was made.
     pub fn record_at(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> u64 {
-        self.insert(fp, seq, p2p_seq, None, site)
+        self.record_stamped(fp, seq, p2p_seq, site).0
+    }
+
+    /// [`record_at`](Self::record_at), returning the record's id and its
+    /// creation stamp: an operation that then starts at once passes the
+    /// stamp to [`started_at`](Self::started_at) instead of reading the
+    /// clock again (a send or receive run on the caller's thread).
+    #[inline]
+    pub fn record_stamped(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, site: Option<CallSite>) -> (u64, u64) {
+        let t = clock::now();
+        (self.insert(fp, seq, p2p_seq, Some((t, 0)), site), t)
     }
 
     /// Records an operation that starts at once (a blocking call run on the
@@ -508,13 +518,20 @@ impl FlightRecorder {
         self.slots.get((id & self.mask) as usize)
     }
 
-    fn insert(&self, fp: Fingerprint, seq: u64, p2p_seq: u64, started: Option<u64>, site: Option<CallSite>) -> u64 {
+    /// Writes a new record; `stamps`: when it was created and when it
+    /// started (0: not yet).
+    fn insert(
+        &self,
+        fp: Fingerprint,
+        seq: u64,
+        p2p_seq: u64,
+        stamps: Option<(u64, u64)>,
+        site: Option<CallSite>,
+    ) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let seq = if fp.op.is_p2p() { p2p_seq } else { seq };
-        match started {
-            Some(t) => self.put(id, seq, fp.words(), [t, t, 0], site),
-            None => self.put(id, seq, fp.words(), [clock::now(), 0, 0], site),
-        }
+        let (created, started) = stamps.unwrap_or_else(|| (clock::now(), 0));
+        self.put(id, seq, fp.words(), [created, started, 0], site);
         id
     }
 
@@ -534,7 +551,13 @@ impl FlightRecorder {
 
     /// Marks `id` running (collective `seq`, 0 for point-to-point).
     pub fn started_seq(&self, id: u64, seq: u64) {
-        let t = clock::now();
+        self.started_at(id, seq, clock::now());
+    }
+
+    /// [`started_seq`](Self::started_seq) at stamp `t` (the record's own,
+    /// from [`record_stamped`](Self::record_stamped)).
+    #[inline]
+    pub fn started_at(&self, id: u64, seq: u64, t: u64) {
         self.mark_running(id, seq, t);
         if let Some(slot) = self.slot(id).filter(|s| s.holds(id)) {
             slot.started.store(t, Ordering::Relaxed);

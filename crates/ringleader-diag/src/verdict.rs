@@ -621,17 +621,31 @@ fn mismatch(facts: &[Facts<'_>], seq: u64, what: &str, of_group: &str) -> Option
 /// peer's frame that follows another schedule, or bytes it cannot read.
 /// Its own words beat a timeout that names nobody.
 fn observed(facts: &[Facts<'_>]) -> Option<Diagnosis> {
-    let (rank, o) = facts.iter().find_map(|f| {
+    let (f, o) = facts.iter().find_map(|f| {
         let o = f.observation()?;
-        matches!(o.kind, ErrorKind::Mismatch | ErrorKind::VersionMismatch).then_some((f.rank, o))
+        matches!(o.kind, ErrorKind::Mismatch | ErrorKind::VersionMismatch).then_some((f, o))
     })?;
+    let rank = f.rank;
+    // A receive that got another send than it expects: both ends are named,
+    // and the operation is the receive (its number counts that pair's
+    // receives, not collectives).
+    let p2p = o.ours.map(|fp| fp.op).filter(|op| op.is_p2p());
+    let culprits = match (p2p, o.peer) {
+        (Some(_), Some(peer)) => {
+            let mut both = vec![rank, f.global(peer)];
+            both.sort_unstable();
+            both
+        }
+        _ => Vec::new(),
+    };
     let mut d = diagnosis(
         o.kind,
-        Vec::new(),
+        culprits,
         format!("rank {rank} received data it did not expect: {}", o.message),
         vec!["every rank must run the same ringleader build with the same RINGLEADER_* settings: compare the environment and `ringleader --version` of the ranks named".into()],
     );
     d.seq = o.seq;
+    d.op = p2p;
     Some(d)
 }
 

@@ -304,6 +304,24 @@ fn diverged_sequences_from_a_frame() {
 }
 
 #[test]
+fn a_receive_that_got_another_send_names_both_ends_and_the_receive() {
+    // Rank 1 receives 5 floats from rank 0, which sent 4: its first
+    // receive from rank 0 (the number counts that pair's receives).
+    let recv = Fingerprint::new(OpKind::Recv, DType::F32, 5).with_root(0);
+    let send = Fingerprint::new(OpKind::Send, DType::F32, 4).with_root(1);
+    let err = Error::FrameMismatch { peer: 0, seq: 1, ours: recv, their_seq: 1, theirs: send };
+    let e = ev(2, vec![], vec![snap(1, beat(2, None, vec![]), &[], Some(err))]);
+    let d = verdict(&e);
+    assert_eq!((d.kind, d.culprits.clone()), (ErrorKind::Mismatch, vec![0, 1]));
+    assert_eq!((d.op, d.seq), (Some(OpKind::Recv), Some(1)));
+    assert!(
+        d.headline.contains("recv(f32 x 5, peer 0) #1") && d.headline.contains("send(f32 x 4, peer 1)"),
+        "{}",
+        d.headline
+    );
+}
+
+#[test]
 fn verdict_does_not_depend_on_arrival_order() {
     let mut snaps = vec![
         snap(0, beat(0, Some((1, ar(1))), vec![]), &[(1, ar(1))], None),

@@ -10,7 +10,8 @@
 //!
 //! - [`Transfer`]: one send or receive, framed like a collective's (header,
 //!   payload, padding; frame tag 0), moved a piece at a time without
-//!   blocking; a received header is checked against the operation (its
+//!   blocking, or whole in the link's fastbox when it fits one (as a
+//!   collective's small frames travel); a received header is checked against the operation (its
 //!   sequence number is per pair and direction, its fingerprint the dtype
 //!   and count), and what goes wrong becomes the error naming the peer;
 //! - [`LaneWait`]: the sleep of a lane that nothing can move, by the
@@ -20,6 +21,7 @@
 //! The lane keeps its queues, its bookkeeping and its timeouts; every byte
 //! it moves and every wait goes through here.
 
+use super::fastbox;
 use super::frame_io::{check_header, lost, read_some, write_frame};
 use super::wait::{Sleeper, LANE_TICK};
 use crate::frame::{pad, FrameHeader, FrameKind, ALIGN, HEADER_LEN};
@@ -107,6 +109,12 @@ impl Transfer {
     /// a broken link is an error naming the peer and `op`.
     pub fn send(&mut self, link: &mut dyn Link, data: &[u8], op: &OpInfo) -> Result<Moved> {
         if self.off == 0 {
+            // A frame that fits a free fastbox cell goes whole; the cell
+            // keeps its place in the stream's order (`shm/fastbox.rs`).
+            let peer = link.peer();
+            if fastbox::send(link, peer, op, op.fingerprint.words(), 0, data)? {
+                return Ok(Moved::Done);
+            }
             self.hdr = FrameHeader::data(op.seq, op.fingerprint, 0, data.len() as u64).encode();
         }
         let total = Transfer::total(data.len());
@@ -129,6 +137,9 @@ impl Transfer {
     /// frame that is not plain data (point-to-point never sends
     /// single-copy or spliced frames) a protocol error.
     pub fn recv(&mut self, link: &mut dyn Link, dst: &mut [u8], op: &OpInfo) -> Result<Moved> {
+        if self.off == 0 && fastbox::recv_whole(link, dst, op)? {
+            return Ok(Moved::Done);
+        }
         let len = dst.len();
         let total = Transfer::total(len);
         let peer = link.peer();
@@ -280,6 +291,53 @@ mod tests {
         let (mut a, mut b, _wa, wb) = crate::shm::test_pair("t-lane-bell");
         let len = (1 << 20) + 1;
         assert_eq!(exchange(&mut a, &mut b, len, Some(&wb)), pattern(len));
+    }
+
+    #[test]
+    fn small_frames_travel_whole_in_the_fastbox_in_order_with_ring_frames() {
+        let (mut a, mut b, _wa, _wb) = crate::shm::test_pair("t-lane-box");
+        let sizes = [8, 3000, crate::link::FASTBOX_MAX + 1, 5, 1 << 20, 16];
+        let mut tx = Transfer::new();
+        // Each fits the rings at once: every send completes in one call.
+        for (i, &len) in sizes.iter().enumerate() {
+            let data: Vec<u8> = pattern(len).iter().map(|v| v ^ i as u8).collect();
+            let mut op = op(OpKind::Send, len as u64);
+            op.seq = i as u64 + 1;
+            assert_eq!(tx.send(&mut a, &data, &op).unwrap(), Moved::Done, "frame {i}");
+            if i == 0 {
+                // In a cell, not in the ring.
+                let fb = b.fastbox().expect("shared memory has fastboxes");
+                assert_eq!(fb.peek().unwrap().map(|(h, d)| (h.seq, d.len())), Some((1, 8)));
+                assert!(!tx.started());
+            }
+        }
+        let mut rx = Transfer::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            let mut got = vec![0u8; len];
+            let mut op = op(OpKind::Recv, len as u64);
+            op.seq = i as u64 + 1;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while rx.recv(&mut b, &mut got, &op).unwrap() != Moved::Done {
+                assert!(Instant::now() < deadline, "frame {i} did not arrive");
+            }
+            let want: Vec<u8> = pattern(len).iter().map(|v| v ^ i as u8).collect();
+            assert!(got == want, "frame {i} ({len} bytes) arrived changed or out of order");
+        }
+        // The same bytes as another call (two i32 for eight u8) are a
+        // mismatch naming the peer, as in the stream.
+        let seq = sizes.len() as u64 + 1;
+        let sent = OpInfo { seq, fingerprint: Fingerprint::new(OpKind::Send, DType::I32, 2), checks: true };
+        assert_eq!(tx.send(&mut a, &[7; 8], &sent).unwrap(), Moved::Done);
+        let mut recv = op(OpKind::Recv, 8);
+        recv.seq = seq;
+        let e = loop {
+            match rx.recv(&mut b, &mut [0u8; 8], &recv) {
+                Ok(Moved::Done) => panic!("a frame of another call was taken"),
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, Error::FrameMismatch { peer: 0, .. }), "{e:?}");
     }
 
     #[test]

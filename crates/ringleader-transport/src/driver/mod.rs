@@ -33,6 +33,8 @@
 //!   machinery (handing over to the scheduler when they must wait long or
 //!   a frame takes the stream);
 //! - `wait.rs` ([`wait`]): how a rank waits when nothing can move;
+//! - `spin_budget.rs` ([`spin_budget`]): a polling budget that grows while
+//!   waits end shortly after it ran out (the send/recv calls' waits);
 //! - `lane.rs` ([`lane`]): the send/recv lane's IO, for the runtime's lane
 //!   thread: one point-to-point frame moved a piece at a time
 //!   ([`lane::Transfer`]) and the lane's sleep ([`lane::LaneWait`]). The
@@ -53,6 +55,7 @@ pub mod lane;
 mod recv;
 mod send;
 mod single_copy;
+pub mod spin_budget;
 mod splice;
 mod strategy;
 pub mod wait;
