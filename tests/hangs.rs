@@ -380,6 +380,11 @@ fn a_send_and_a_receive_that_disagree_fail_at_once_naming_both_over_both_transpo
             assert_eq!(e.ranks, vec![0, 1], "{transport}: {}", e.message);
             let both = "in recv(f32 x 5, peer 0) #1 rank 0 sent send(f32 x 4, peer 1) #1";
             assert!(e.message.contains(both), "{transport}: {}", e.message);
+            assert!(e.message.contains("must agree on dtype and element count"), "{transport}: {}", e.message);
+            // Both calls' lines in this file.
+            for at in ["rank 1's recv #1 called at tests/hangs.rs:", "rank 0's send #1 at tests/hangs.rs:"] {
+                assert!(e.message.contains(at), "{transport}: {}", e.message);
+            }
             assert!(e.elapsed_ms < 5000, "{transport}: took {} ms", e.elapsed_ms);
             assert_eq!(e.message, first, "{transport}: the same verdict everywhere");
         }

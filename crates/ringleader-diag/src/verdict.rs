@@ -194,6 +194,17 @@ impl<'a> Facts<'a> {
         }
     }
 
+    /// Where this rank's code called send or receive `op` number `seq`
+    /// with global rank `other`, if its flight record says.
+    fn p2p_site_of(&self, op: OpKind, other: Rank, seq: u64) -> Option<&'a str> {
+        let e = self.snap?.entries.iter().rev().find(|e| {
+            e.fingerprint.op == op
+                && e.p2p_seq_id == seq
+                && e.fingerprint.root.is_some_and(|r| self.global(r as Rank) == other)
+        });
+        e?.call_site.as_deref()
+    }
+
     /// The sends and receives this rank waits in.
     fn p2p(&self) -> &'a [P2pWait] {
         self.beat.map_or(&[], |b| b.p2p.as_slice())
@@ -630,23 +641,48 @@ fn observed(facts: &[Facts<'_>]) -> Option<Diagnosis> {
     // and the operation is the receive (its number counts that pair's
     // receives, not collectives).
     let p2p = o.ours.map(|fp| fp.op).filter(|op| op.is_p2p());
-    let culprits = match (p2p, o.peer) {
-        (Some(_), Some(peer)) => {
-            let mut both = vec![rank, f.global(peer)];
-            both.sort_unstable();
-            both
+    let mut culprits = Vec::new();
+    let mut sites = String::new();
+    if let (Some(ours), Some(peer)) = (p2p, o.peer.map(|p| f.global(p))) {
+        culprits = vec![rank, peer];
+        culprits.sort_unstable();
+        // Both calls' lines, where the records say: the next question.
+        let mine = o.seq.and_then(|seq| f.p2p_site_of(ours, peer, seq));
+        let theirs = (o.theirs.zip(o.their_seq))
+            .and_then(|(fp, seq)| facts.iter().find(|g| g.rank == peer)?.p2p_site_of(fp.op, rank, seq));
+        let mut at = Vec::new();
+        if let Some(s) = mine {
+            at.push(format!("rank {rank}'s {ours} #{} called at {s}", o.seq.unwrap_or(0)));
         }
-        _ => Vec::new(),
+        if let (Some(s), Some(fp), Some(seq)) = (theirs, o.theirs, o.their_seq) {
+            at.push(format!("rank {peer}'s {} #{seq} at {s}", fp.op));
+        }
+        if !at.is_empty() {
+            sites = format!(" ({})", at.join("; "));
+        }
+    }
+    let hint = match p2p {
+        Some(_) => "a send and the receive that takes it must agree on dtype and element count, and the sends and receives between two ranks must be called in the same order on both",
+        None => "every rank must run the same ringleader build with the same RINGLEADER_* settings: compare the environment and `ringleader --version` of the ranks named",
     };
     let mut d = diagnosis(
         o.kind,
         culprits,
-        format!("rank {rank} received data it did not expect: {}", o.message),
-        vec!["every rank must run the same ringleader build with the same RINGLEADER_* settings: compare the environment and `ringleader --version` of the ranks named".into()],
+        format!("rank {rank} received data it did not expect: {}{sites}", without_kind(&o.message)),
+        vec![hint.into()],
     );
     d.seq = o.seq;
     d.op = p2p;
     Some(d)
+}
+
+/// An error's message without its leading `[kind] `: the verdict says
+/// the kind once.
+fn without_kind(message: &str) -> &str {
+    match message.strip_prefix('[').and_then(|m| m.split_once("] ")) {
+        Some((kind, rest)) if !kind.contains(' ') => rest,
+        _ => message,
+    }
 }
 
 /// A rank caught a bug in ringleader itself (a panic): that explains

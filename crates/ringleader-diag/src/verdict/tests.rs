@@ -319,6 +319,7 @@ fn a_receive_that_got_another_send_names_both_ends_and_the_receive() {
         "{}",
         d.headline
     );
+    assert!(d.hints.iter().any(|h| h.contains("must agree on dtype and element count")), "{:?}", d.hints);
 }
 
 #[test]
